@@ -1,0 +1,1 @@
+"""The shipped dataset, the tool catalogue and the generator that makes them."""

@@ -1,0 +1,1 @@
+"""Data contracts: the tool catalogue, the completion format and the sample tables."""
