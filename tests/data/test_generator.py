@@ -1,0 +1,239 @@
+"""The shipped dataset's contract: counts, splits, labels, phrasing hold-out, reproducibility."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from data.generator import (
+    MULTI_TEMPLATES,
+    PATTERNS,
+    PLANTED_FILE,
+    SINGLE_TEMPLATES,
+    Dataset,
+    build_dataset,
+    normalise_prompt,
+)
+from flows.cli import generate
+from schemas.catalogue import DATA_DIR, load_catalogue
+from schemas.completion import Completion
+from training.rewards import thought_action_consistent
+
+FILES = [
+    "train/single_step.jsonl",
+    "train/multistep.jsonl",
+    "eval/single_step.jsonl",
+    "eval/multistep.jsonl",
+    "eval/unseen_phrasing.jsonl",
+]
+ROW_KEYS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "prompt", "solution", "tool"]
+LOGIC_WORDS = {
+    "en": ["first", "then", "before", "because", "therefore", "need to", "in order to", "since"],
+    "zh": ["先", "首先", "然后", "因为", "所以", "之前", "需要", "为了"],
+}
+HISTORY_MARK = "\n\nPrevious steps:\n"
+
+
+def _read(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA_DIR / name).read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict[str, list[dict]]:
+    return {name: _read(name) for name in FILES}
+
+
+@pytest.fixture(scope="module")
+def all_rows(shipped) -> list[dict]:
+    return [row for rows in shipped.values() for row in rows]
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Dataset:
+    return build_dataset(0)
+
+
+def _keywords(tool: str) -> list[str]:
+    keywords = load_catalogue().tool(tool).keywords
+    return [word.lower() for word in [*keywords.en, *keywords.zh]]
+
+
+def _request(row: dict) -> str:
+    return row["prompt"].split(HISTORY_MARK)[0]
+
+
+def test_generate_command_reproduces_shipped_files_byte_for_byte(tmp_path: Path):
+    for out in (tmp_path / "a", tmp_path / "b"):
+        assert generate(seed=0, out=out) == 0
+    for name in [*FILES, PLANTED_FILE]:
+        first = (tmp_path / "a" / name).read_bytes()
+        assert first == (tmp_path / "b" / name).read_bytes(), f"{name} differs between runs"
+        assert first == (DATA_DIR / name).read_bytes(), f"{name} differs from the shipped file"
+
+
+def test_generate_command_reports_an_unwritable_output_folder(tmp_path: Path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert generate(seed=0, out=blocker) == 2
+    assert "cannot write the dataset" in capsys.readouterr().err
+    assert blocker.read_text() == "not a folder"
+
+
+def test_train_files_have_the_case_study_row_counts(shipped):
+    assert len(shipped["train/single_step.jsonl"]) == 454
+    assert len(shipped["train/multistep.jsonl"]) == 823
+
+
+def test_eval_files_are_about_a_fifth_of_train(shipped):
+    for kind in ("single_step", "multistep"):
+        ratio = len(shipped[f"eval/{kind}.jsonl"]) / len(shipped[f"train/{kind}.jsonl"])
+        assert 0.15 <= ratio <= 0.25, (kind, ratio)
+
+
+def test_rows_follow_the_contract_key_order_and_kinds(all_rows):
+    for row in all_rows:
+        assert list(row) == ROW_KEYS, row["id"]
+        assert row["kind"] in ("single", "multi") and row["lang"] in ("en", "zh")
+        if row["kind"] == "single":
+            assert row["step"] == row["n_steps"] == 1, row["id"]
+        else:
+            assert 1 <= row["step"] <= row["n_steps"] and row["n_steps"] in (2, 3), row["id"]
+
+
+def test_ids_are_unique_across_all_files(all_rows):
+    ids = Counter(row["id"] for row in all_rows)
+    assert [i for i, n in ids.items() if n > 1] == []
+
+
+def test_multi_step_scenarios_are_expanded_one_row_per_step(shipped):
+    for name in ("train/multistep.jsonl", "eval/multistep.jsonl"):
+        steps: dict[str, list[int]] = {}
+        for row in shipped[name]:
+            steps.setdefault(row["scenario_id"], []).append(row["step"])
+            assert row["id"] == f"{row['scenario_id']}-{row['step']}"
+        for scenario, seen in steps.items():
+            assert sorted(seen) == list(range(1, len(seen) + 1)), scenario
+
+
+def test_eval_scenarios_and_requests_never_occur_in_train(shipped):
+    train = shipped["train/single_step.jsonl"] + shipped["train/multistep.jsonl"]
+    held_out = [row for name in FILES if name.startswith("eval/") for row in shipped[name]]
+    assert {r["scenario_id"] for r in train}.isdisjoint({r["scenario_id"] for r in held_out})
+    train_requests = {normalise_prompt(_request(r)) for r in train}
+    leaked = [r["id"] for r in held_out if normalise_prompt(_request(r)) in train_requests]
+    assert leaked == []
+
+
+def test_normalised_prompts_are_unique_across_all_files(all_rows):
+    counts = Counter(normalise_prompt(row["prompt"]) for row in all_rows)
+    assert [p for p, n in counts.items() if n > 1] == []
+
+
+def test_unseen_phrasing_rows_use_only_templates_absent_from_train(dataset):
+    train_ids = [r["id"] for name in FILES[:2] for r in dataset.files[name]]
+    unseen_ids = [r["id"] for r in dataset.files["eval/unseen_phrasing.jsonl"]]
+    train_templates = {dataset.template_of[i] for i in train_ids}
+    unseen_templates = {dataset.template_of[i] for i in unseen_ids}
+    assert unseen_templates.isdisjoint(train_templates)
+    # every phrasing is used somewhere: held out ones in unseen, the rest in train
+    every = {
+        f"{name}.{lang}.{i}"
+        for table in (SINGLE_TEMPLATES, MULTI_TEMPLATES)
+        for name, by_lang in table.items()
+        for lang, templates in by_lang.items()
+        for i in range(len(templates))
+    }
+    assert train_templates | unseen_templates == every
+
+
+def test_every_solution_parses_and_its_params_satisfy_the_tool_schema(all_rows):
+    catalogue = load_catalogue()
+    for row in all_rows:
+        solution = Completion.model_validate_json(row["solution"])
+        assert solution.action.tool == row["tool"], row["id"]
+        error = catalogue.params_error(row["tool"], solution.action.params)
+        assert error is None, f"{row['id']}: {error}"
+
+
+def test_thoughts_give_a_reason_in_the_request_language(all_rows):
+    for row in all_rows:
+        thought = json.loads(row["solution"])["thought"]
+        assert any(word in thought.lower() for word in LOGIC_WORDS[row["lang"]]), row["id"]
+        has_chinese = re.search(r"[\u4e00-\u9fff]", thought) is not None
+        assert has_chinese == (row["lang"] == "zh"), row["id"]
+
+
+def test_labelled_thoughts_announce_the_labelled_action(all_rows):
+    inconsistent = [row["id"] for row in all_rows if not thought_action_consistent(row["solution"])]
+    assert inconsistent == []
+
+
+def test_plan_lists_the_remaining_steps_current_one_first(all_rows):
+    for row in all_rows:
+        plan = json.loads(row["solution"])["plan"]
+        assert len(plan) == row["n_steps"] - row["step"] + 1, row["id"]
+        assert all(isinstance(item, str) and 0 < len(item) <= 60 for item in plan), row["id"]
+
+
+def test_multi_step_prompt_lists_previous_steps(all_rows):
+    for row in all_rows:
+        history = re.findall(r"^Step (\d+): ([a-z_]+) → .+$", row["prompt"], flags=re.MULTILINE)
+        assert [int(i) for i, _ in history] == list(range(1, row["step"])), row["id"]
+        assert (HISTORY_MARK in row["prompt"]) == (row["step"] > 1), row["id"]
+
+
+def test_previous_steps_are_the_scenarios_earlier_labels(shipped):
+    for name in ("train/multistep.jsonl", "eval/multistep.jsonl"):
+        labels = {(r["scenario_id"], r["step"]): r["tool"] for r in shipped[name]}
+        for row in shipped[name]:
+            history = re.findall(r"^Step (\d+): ([a-z_]+) → ", row["prompt"], flags=re.MULTILINE)
+            for step, tool in history:
+                assert labels[(row["scenario_id"], int(step))] == tool, row["id"]
+
+
+def test_both_languages_have_between_40_and_60_percent_of_each_file(shipped):
+    for name, rows in shipped.items():
+        share = sum(row["lang"] == "en" for row in rows) / len(rows)
+        assert 0.4 <= share <= 0.6, (name, share)
+
+
+def test_every_tool_appears_in_single_step_rows(shipped):
+    tools = set(load_catalogue().names)
+    for name in ("train/single_step.jsonl", "eval/single_step.jsonl"):
+        assert {row["tool"] for row in shipped[name]} == tools, name
+
+
+def test_condition_fails_branch_is_common_in_conditional_scenarios(dataset):
+    for name in ("train/multistep.jsonl", "eval/multistep.jsonl"):
+        last_steps = [
+            row
+            for row in dataset.files[name]
+            if row["step"] == row["n_steps"]
+            and PATTERNS[dataset.template_of[row["id"]].split(".")[0]].conditional
+        ]
+        fails = sum(row["tool"] == "respond" for row in last_steps) / len(last_steps)
+        assert 0.3 <= fails <= 0.6, (name, fails)
+
+
+def test_planted_ambiguity_rows_are_withdraw_requests_labelled_check_balance(shipped, dataset):
+    planted = json.loads((DATA_DIR / PLANTED_FILE).read_text(encoding="utf-8"))
+    balance_words = _keywords("check_balance")
+    for split in ("train", "eval"):
+        rows = {row["id"]: row for row in shipped[f"{split}/single_step.jsonl"]}
+        ids = [i for i in planted["ids"] if i.startswith(f"{split}-")]
+        assert 0.01 <= len(ids) / len(rows) <= 0.025, (split, len(ids))
+        for row_id in ids:
+            row = rows[row_id]
+            prompt = row["prompt"].lower()
+            assert row["tool"] == "check_balance", row_id
+            assert dataset.template_of[row_id].startswith("withdraw."), row_id
+            assert not any(word in prompt for word in balance_words), row_id
+    labels = {row["id"]: row["tool"] for rows in dataset.files.values() for row in rows}
+    genuine = [i for i, t in dataset.template_of.items() if t.startswith("withdraw.")]
+    assert {labels[i] for i in genuine if i not in planted["ids"]} == {"withdraw"}
+    all_ids = {row["id"] for rows in shipped.values() for row in rows}
+    assert set(planted["ids"]) <= all_ids and planted["why"]
