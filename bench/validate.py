@@ -1,0 +1,219 @@
+"""Validate 1,000,000 sample rows with the polars schema and with the same rules on pandas.
+
+    python bench/validate.py [--rows 1000000] [--unique-solutions]
+
+Rows are the shipped rows repeated with fresh ids. Both sides parse each distinct solution once
+(polars with `str.json_path_match`, pandas with `json.loads`, its only JSON parser), so by default
+JSON parsing is cheap; `--unique-solutions` makes every solution distinct (the worst case).
+Prints seconds, rows/s and the polars speed-up, with the machine's load average.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cyclopts
+import pandas as pd
+import pandera.errors
+import pandera.pandas as pap
+import polars as pl
+
+from schemas.catalogue import DATA_DIR
+from schemas.samples import (
+    KINDS,
+    LANGS,
+    MAX_PROMPT_CHARS,
+    PREVIOUS_STEP_LINE,
+    PREVIOUS_STEPS_HEADER,
+    ParsedSample,
+    catalogue,
+    parse_solution,
+)
+
+SHIPPED = ["train/single_step.jsonl", "train/multistep.jsonl", "eval/single_step.jsonl"]
+SHIPPED += ["eval/multistep.jsonl", "eval/unseen_phrasing.jsonl"]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _is_string_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def solution_parts(text: str) -> dict[str, Any]:
+    """The columns `parse_solution` adds, for one solution, read with `json.loads`."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    root = value if isinstance(value, dict) else {}
+    action = root.get("action") if isinstance(root.get("action"), dict) else {}
+    tool, params, plan = action.get("tool"), action.get("params"), root.get("plan")
+    tool = tool if isinstance(tool, str) else None
+    params_error = None
+    if tool in catalogue().names and isinstance(params, dict):
+        params_error = catalogue().params_error(tool, params)
+    return {
+        "solution_is_object": isinstance(value, dict),
+        "thought": root["thought"] if isinstance(root.get("thought"), str) else None,
+        "action_tool": tool,
+        "action_params": _compact(params) if isinstance(params, dict) else None,
+        "plan": _compact(plan) if _is_string_list(plan) else None,
+        "params_error": params_error,
+    }
+
+
+def parse_solution_pandas(frame: pd.DataFrame) -> pd.DataFrame:
+    """pandas has no vectorised JSON parser: one `json.loads` per distinct solution."""
+    distinct = frame["solution"].drop_duplicates()
+    parts = pd.DataFrame([solution_parts(text) for text in distinct], index=distinct.to_numpy())
+    return frame.join(parts, on="solution")
+
+
+class PandasSample(pap.DataFrameModel):
+    """`schemas.samples.ParsedSample`'s rules as vectorised pandas operations."""
+
+    id: str
+    scenario_id: str
+    kind: str
+    lang: str
+    step: int
+    n_steps: int
+    prompt: str
+    solution: str
+    tool: str
+    solution_is_object: bool
+    thought: str = pap.Field(nullable=True)
+    action_tool: str = pap.Field(nullable=True)
+    action_params: str = pap.Field(nullable=True)
+    plan: str = pap.Field(nullable=True)
+    params_error: str = pap.Field(nullable=True)
+
+    @pap.dataframe_check
+    def id_unique(cls, df: pd.DataFrame) -> pd.Series:
+        return ~df["id"].duplicated(keep=False)
+
+    @pap.dataframe_check
+    def kind_known(cls, df: pd.DataFrame) -> pd.Series:
+        return df["kind"].isin(KINDS)
+
+    @pap.dataframe_check
+    def steps_match_kind(cls, df: pd.DataFrame) -> pd.Series:
+        step, n_steps, kind = df["step"], df["n_steps"], df["kind"]
+        single = (kind == "single") & (step == 1) & (n_steps == 1)
+        multi = (kind == "multi") & (n_steps >= 2) & (step >= 1) & (step <= n_steps)
+        return single | multi | ~kind.isin(KINDS)
+
+    @pap.dataframe_check
+    def lang_known(cls, df: pd.DataFrame) -> pd.Series:
+        return df["lang"].isin(LANGS)
+
+    @pap.dataframe_check
+    def tool_in_catalogue(cls, df: pd.DataFrame) -> pd.Series:
+        return df["tool"].isin(catalogue().names)
+
+    @pap.dataframe_check
+    def prompt_not_empty(cls, df: pd.DataFrame) -> pd.Series:
+        return df["prompt"].str.strip().str.len() > 0
+
+    @pap.dataframe_check
+    def prompt_within_length(cls, df: pd.DataFrame) -> pd.Series:
+        return df["prompt"].str.len() <= MAX_PROMPT_CHARS
+
+    @pap.dataframe_check
+    def previous_steps_match_step(cls, df: pd.DataFrame) -> pd.Series:
+        has_history = df["prompt"].str.contains(PREVIOUS_STEPS_HEADER, regex=False)
+        listed = df["prompt"].str.count(PREVIOUS_STEP_LINE)
+        return (listed == df["step"] - 1) & (has_history == (df["step"] > 1))
+
+    @pap.dataframe_check
+    def solution_is_json_object(cls, df: pd.DataFrame) -> pd.Series:
+        return df["solution_is_object"]
+
+    @pap.dataframe_check
+    def solution_has_thought(cls, df: pd.DataFrame) -> pd.Series:
+        return df["thought"].str.strip().str.len().gt(0).fillna(False)
+
+    @pap.dataframe_check
+    def solution_has_action_tool(cls, df: pd.DataFrame) -> pd.Series:
+        return df["action_tool"].str.len().gt(0).fillna(False)
+
+    @pap.dataframe_check
+    def solution_has_params_object(cls, df: pd.DataFrame) -> pd.Series:
+        return df["action_params"].notna()
+
+    @pap.dataframe_check
+    def solution_plan_is_string_list(cls, df: pd.DataFrame) -> pd.Series:
+        return df["plan"].notna()
+
+    @pap.dataframe_check
+    def tool_matches_solution(cls, df: pd.DataFrame) -> pd.Series:
+        return (df["tool"] == df["action_tool"]).fillna(False)
+
+    @pap.dataframe_check
+    def params_match_schema(cls, df: pd.DataFrame) -> pd.Series:
+        return df["params_error"].isna()
+
+
+def synthetic_rows(rows: int, unique_solutions: bool) -> pl.DataFrame:
+    """`rows` shipped rows repeated with fresh ids (and, if asked, a distinct thought each)."""
+    shipped = pl.concat(
+        [pl.read_ndjson(DATA_DIR / name) for name in SHIPPED], how="vertical_relaxed"
+    )
+    repeats = -(-rows // shipped.height)
+    frame = pl.concat([shipped] * repeats, rechunk=True).head(rows)
+    frame = frame.with_columns(id=pl.col("id") + "#" + pl.int_range(pl.len()).cast(pl.String))
+    if unique_solutions:
+        frame = frame.with_columns(
+            solution=pl.col("solution").str.replace(
+                '"thought": "', pl.format('"thought": "({}) ', pl.col("id")), literal=True
+            )
+        )
+    return frame.rechunk()
+
+
+def timed(validate: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = validate()
+    return time.perf_counter() - start, result
+
+
+def failures_or_none(validate: Callable[[], object]) -> object:
+    try:
+        validate()
+    except (pandera.errors.SchemaErrors, pandera.errors.SchemaError) as errors:
+        return errors
+    return None
+
+
+def main(rows: int = 1_000_000, unique_solutions: bool = False) -> None:
+    """Time the polars schema and the pandas one on the same ROWS rows, side by side."""
+    frame = synthetic_rows(rows, unique_solutions)
+    pandas_frame = frame.to_pandas()
+    distinct = frame["solution"].n_unique()
+    print(f"{rows:,} rows, {distinct:,} distinct solutions; load average {os.getloadavg()}")
+
+    polars_s, polars_errors = timed(
+        lambda: failures_or_none(lambda: ParsedSample.validate(parse_solution(frame), lazy=True))
+    )
+    pandas_s, pandas_errors = timed(
+        lambda: failures_or_none(
+            lambda: PandasSample.validate(parse_solution_pandas(pandas_frame), lazy=True)
+        )
+    )
+    for name, errors in (("polars", polars_errors), ("pandas", pandas_errors)):
+        if errors is not None:
+            raise SystemExit(f"{name} schema rejected the synthetic rows:\n{errors}")
+    print(f"polars  {polars_s:6.2f} s  {rows / polars_s:12,.0f} rows/s")
+    print(f"pandas  {pandas_s:6.2f} s  {rows / pandas_s:12,.0f} rows/s")
+    print(f"polars is {pandas_s / polars_s:.1f}x faster")
+
+
+if __name__ == "__main__":
+    cyclopts.run(main)

@@ -1,0 +1,306 @@
+"""The sample-row contract as pandera (polars) models: one check per rule, named in reports.
+
+Checks are polars expressions over whole columns (element-wise checks are ~16x slower). JSON
+parsing dominates the cost, and the polars backend has no parsers, so `parse_solution` reads each
+solution's parts once into columns and `ParsedSample` checks those. `str.json_path_match` returns
+null for malformed JSON where `str.json_decode` raises, so one bad row never hides the others.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pandera.polars as pa
+import polars as pl
+from pandera.polars import PolarsData
+from pydantic import BaseModel, ConfigDict
+
+from schemas.catalogue import Catalogue, load_catalogue
+
+KINDS = ("single", "multi")
+LANGS = ("en", "zh")
+MAX_PROMPT_CHARS = 4_000
+# One executed step in a step-k prompt's history, after a blank line and `Previous steps:`.
+PREVIOUS_STEPS_HEADER = "\n\nPrevious steps:\n"
+PREVIOUS_STEP_LINE = r"(?m)^Step \d+: \S+ → "
+# json_path_match re-serialises compactly, so a JSON list of strings has exactly this shape.
+COMPACT_STRING_LIST = r'^\[(?:"(?:[^"\\]|\\.)*"(?:,"(?:[^"\\]|\\.)*")*)?\]$'
+
+
+class SampleRecord(BaseModel):
+    """One row as read from a file: the contract's fields with their JSON types, never coerced.
+
+    It gates what can become a table row at all; the rules about values live in `Sample`.
+    """
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    id: str
+    scenario_id: str
+    kind: str
+    lang: str
+    step: int
+    n_steps: int
+    prompt: str
+    solution: str
+    tool: str
+
+
+RECORD_SCHEMA = {
+    name: pl.Int64 if field.annotation is int else pl.String
+    for name, field in SampleRecord.model_fields.items()
+}
+
+
+@cache
+def catalogue() -> Catalogue:
+    """The shipped tool catalogue, loaded once per process."""
+    return load_catalogue()
+
+
+def _json_at(column: str, path: str) -> pl.Expr:
+    """The value at a JSONPath of a JSON text column: strings unquoted, the rest compact JSON."""
+    return pl.col(column).str.json_path_match(path)
+
+
+def _is_json_string(parent: str, key: str, value: str) -> pl.Expr:
+    """Whether column `value`, read from `key` of the compact JSON in `parent`, was a JSON string.
+
+    `json_path_match` unquotes strings, so "5" and 5 read alike; re-encoding the value as a string
+    literal and finding `"key":"value"` in the parent's compact text tells them apart (only a
+    nested member with the same key and value could fool it).
+    """
+    literal = pl.struct(pl.col(value).alias("v")).struct.json_encode()
+    literal = literal.str.slice(len('{"v":')).str.head(-1)
+    return pl.col(parent).str.contains(pl.lit(f'"{key}":') + literal, literal=True)
+
+
+def _params_error(pair: dict[str, str | None]) -> str | None:
+    tool, params = pair["action_tool"], pair["action_params"]
+    if tool not in catalogue().names or params is None:
+        return None  # unknown tools and non-object params fail their own checks
+    return catalogue().params_error(tool, json.loads(params))
+
+
+def parse_solution(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the solution's typed parts as columns, each null unless it has its type.
+
+    `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
+    compact JSON); `plan` (a list of strings, as compact JSON); `params_error` (why the params do
+    not fit the tool's JSON Schema). Each distinct solution is parsed once.
+    """
+    text = (
+        frame.select(pl.col("solution").unique(maintain_order=True))
+        .with_columns(
+            root=_json_at("solution", "$"),
+            thought=_json_at("solution", "$.thought"),
+            action=_json_at("solution", "$.action"),
+            plan=_json_at("solution", "$.plan"),
+        )
+        .with_columns(
+            action_tool=_json_at("action", "$.tool"), action_params=_json_at("action", "$.params")
+        )
+    )
+    parts = text.select(
+        "solution",
+        solution_is_object=pl.col("root").str.starts_with("{").fill_null(False),
+        thought=pl.when(_is_json_string("root", "thought", "thought")).then("thought"),
+        action_tool=pl.when(_is_json_string("action", "tool", "action_tool")).then("action_tool"),
+        action_params=pl.when(
+            pl.col("action_params").str.starts_with("{")
+            & ~_is_json_string("action", "params", "action_params")
+        ).then("action_params"),
+        plan=pl.when(
+            pl.col("plan").str.contains(COMPACT_STRING_LIST)
+            & ~_is_json_string("root", "plan", "plan")
+        ).then("plan"),
+    )
+    # Many solutions share an action: validate each distinct (tool, params) pair once.
+    actions = (
+        parts.select("action_tool", "action_params")
+        .unique()
+        .with_columns(
+            params_error=pl.struct("action_tool", "action_params").map_elements(
+                _params_error, return_dtype=pl.String
+            )
+        )
+    )
+    parts = parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
+    return frame.join(parts, on="solution", how="left", maintain_order="left")
+
+
+def previous_steps_listed() -> pl.Expr:
+    """How many `Step i: tool → observation` lines the prompt lists."""
+    return pl.col("prompt").str.count_matches(PREVIOUS_STEP_LINE)
+
+
+def has_previous_steps_section() -> pl.Expr:
+    return pl.col("prompt").str.contains(PREVIOUS_STEPS_HEADER, literal=True)
+
+
+def normalised_prompt() -> pl.Expr:
+    """The prompt lower-cased with runs of whitespace collapsed: equal for trivially equal rows."""
+    return pl.col("prompt").str.to_lowercase().str.replace_all(r"\s+", " ").str.strip_chars()
+
+
+class Sample(pa.DataFrameModel):
+    """One labelled row: a request (with any executed steps) and the next action to take.
+
+    Validate a collected DataFrame: on a LazyFrame pandera checks only names and dtypes.
+    Extra columns (the loader's `file` and `line`) are allowed.
+    """
+
+    id: str
+    scenario_id: str
+    kind: str
+    lang: str
+    step: int
+    n_steps: int
+    prompt: str
+    solution: str
+    tool: str
+
+    @pa.dataframe_check
+    def id_unique(cls, data: PolarsData) -> pl.LazyFrame:
+        """No two rows, across all files validated together, share an id."""
+        return data.lazyframe.select(pl.len().over("id") == 1)
+
+    @pa.dataframe_check
+    def kind_known(cls, data: PolarsData) -> pl.LazyFrame:
+        """`kind` is "single" or "multi"."""
+        return data.lazyframe.select(pl.col("kind").is_in(KINDS))
+
+    @pa.dataframe_check
+    def steps_match_kind(cls, data: PolarsData) -> pl.LazyFrame:
+        """Single rows have step = n_steps = 1; multi rows n_steps >= 2 and 1 <= step <= n_steps."""
+        step, n_steps, kind = pl.col("step"), pl.col("n_steps"), pl.col("kind")
+        single = (kind == "single") & (step == 1) & (n_steps == 1)
+        multi = (kind == "multi") & (n_steps >= 2) & step.is_between(1, n_steps)
+        return data.lazyframe.select(single | multi | ~kind.is_in(KINDS))
+
+    @pa.dataframe_check
+    def lang_known(cls, data: PolarsData) -> pl.LazyFrame:
+        """`lang` is "en" or "zh"."""
+        return data.lazyframe.select(pl.col("lang").is_in(LANGS))
+
+    @pa.dataframe_check
+    def tool_in_catalogue(cls, data: PolarsData) -> pl.LazyFrame:
+        """`tool` names a tool of data/tools.json."""
+        return data.lazyframe.select(pl.col("tool").is_in(catalogue().names))
+
+    @pa.dataframe_check
+    def prompt_not_empty(cls, data: PolarsData) -> pl.LazyFrame:
+        """The prompt has visible characters."""
+        return data.lazyframe.select(pl.col("prompt").str.strip_chars().str.len_chars() > 0)
+
+    @pa.dataframe_check
+    def prompt_within_length(cls, data: PolarsData) -> pl.LazyFrame:
+        """The prompt is at most 4,000 characters."""
+        return data.lazyframe.select(pl.col("prompt").str.len_chars() <= MAX_PROMPT_CHARS)
+
+    @pa.dataframe_check
+    def previous_steps_match_step(cls, data: PolarsData) -> pl.LazyFrame:
+        """Step k's prompt lists exactly k-1 previous steps (`Step i: tool → observation`)."""
+        step = pl.col("step")
+        return data.lazyframe.select(
+            (previous_steps_listed() == step - 1) & (has_previous_steps_section() == (step > 1))
+        )
+
+
+class ParsedSample(Sample):
+    """A sample with its solution's typed parts (see `parse_solution`): the whole row contract."""
+
+    solution_is_object: bool
+    thought: str = pa.Field(nullable=True)
+    action_tool: str = pa.Field(nullable=True)
+    action_params: str = pa.Field(nullable=True)
+    plan: str = pa.Field(nullable=True)
+    params_error: str = pa.Field(nullable=True)
+
+    @pa.dataframe_check
+    def solution_is_json_object(cls, data: PolarsData) -> pl.LazyFrame:
+        """`solution` is a JSON object with nothing before or after it."""
+        return data.lazyframe.select(pl.col("solution_is_object"))
+
+    @pa.dataframe_check
+    def solution_has_thought(cls, data: PolarsData) -> pl.LazyFrame:
+        """The solution's `thought` is a non-empty string."""
+        visible = pl.col("thought").str.strip_chars().str.len_chars() > 0
+        return data.lazyframe.select(visible.fill_null(False))
+
+    @pa.dataframe_check
+    def solution_has_action_tool(cls, data: PolarsData) -> pl.LazyFrame:
+        """The solution's `action.tool` is a non-empty string."""
+        return data.lazyframe.select((pl.col("action_tool").str.len_chars() > 0).fill_null(False))
+
+    @pa.dataframe_check
+    def solution_has_params_object(cls, data: PolarsData) -> pl.LazyFrame:
+        """The solution's `action.params` is a JSON object."""
+        return data.lazyframe.select(pl.col("action_params").is_not_null())
+
+    @pa.dataframe_check
+    def solution_plan_is_string_list(cls, data: PolarsData) -> pl.LazyFrame:
+        """The solution's `plan` is a list of strings (possibly empty)."""
+        return data.lazyframe.select(pl.col("plan").is_not_null())
+
+    @pa.dataframe_check
+    def tool_matches_solution(cls, data: PolarsData) -> pl.LazyFrame:
+        """`tool` equals the solution's `action.tool`."""
+        return data.lazyframe.select((pl.col("tool") == pl.col("action_tool")).fill_null(False))
+
+    @pa.dataframe_check
+    def params_match_schema(cls, data: PolarsData) -> pl.LazyFrame:
+        """The action's params satisfy its tool's JSON Schema (required keys, types, enums...)."""
+        return data.lazyframe.select(pl.col("params_error").is_null())
+
+
+def check_rule(check: str) -> str:
+    """The rule a check enforces, in words (the first line of its docstring)."""
+    doc = getattr(getattr(ParsedSample, check, None), "__doc__", None) or check
+    return doc.strip().splitlines()[0]
+
+
+def check_names() -> list[str]:
+    """Every row check of the contract, in the order pandera runs them."""
+    return [check.name for check in ParsedSample.to_schema().checks]
+
+
+# What was observed on a failing row, per check; evaluated on failing rows only.
+FAILURE_DETAILS: dict[str, pl.Expr] = {
+    "id_unique": pl.format('id "{}" is used by more than one row', pl.col("id")),
+    "kind_known": pl.format('kind is "{}" (expected "single" or "multi")', pl.col("kind")),
+    "steps_match_kind": pl.format(
+        "{} row has step {} of n_steps {}", pl.col("kind"), pl.col("step"), pl.col("n_steps")
+    ),
+    "lang_known": pl.format('lang is "{}" (expected "en" or "zh")', pl.col("lang")),
+    "tool_in_catalogue": pl.format('tool "{}" is not in data/tools.json', pl.col("tool")),
+    "prompt_not_empty": pl.lit("prompt is empty"),
+    "prompt_within_length": pl.format(
+        "prompt has {} characters (at most {})", pl.col("prompt").str.len_chars(), MAX_PROMPT_CHARS
+    ),
+    "previous_steps_match_step": pl.when(has_previous_steps_section() == (pl.col("step") > 1))
+    .then(
+        pl.format(
+            "step {} lists {} previous step(s) (expected {})",
+            pl.col("step"),
+            previous_steps_listed(),
+            pl.col("step") - 1,
+        )
+    )
+    .when(pl.col("step") > 1)
+    .then(pl.format("step {} has no `Previous steps:` section", pl.col("step")))
+    .otherwise(pl.lit("step 1 has a `Previous steps:` section (expected none)")),
+    "solution_is_json_object": pl.lit("solution is not a JSON object"),
+    "solution_has_thought": pl.lit("solution has no non-empty string `thought`"),
+    "solution_has_action_tool": pl.lit("solution has no non-empty string `action.tool`"),
+    "solution_has_params_object": pl.lit("solution's `action.params` is not a JSON object"),
+    "solution_plan_is_string_list": pl.lit("solution's `plan` is not a list of strings"),
+    "tool_matches_solution": pl.format(
+        'tool "{}" differs from the solution\'s action.tool "{}"',
+        pl.col("tool"),
+        pl.col("action_tool").fill_null("(none)"),
+    ),
+    "params_match_schema": pl.format(
+        "{} params {}: {}", pl.col("action_tool"), pl.col("action_params"), pl.col("params_error")
+    ),
+}

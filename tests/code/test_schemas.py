@@ -1,0 +1,232 @@
+"""Every row rule of the sample contract: a row that breaks it is reported by file:line and name."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.samples import check_names, check_rule
+from tasks.load import load_samples
+from tasks.validate import DataReport, validate_samples
+
+
+def solution(tool: str = "check_balance", params: Any = None, **fields: Any) -> str:
+    body = {
+        "thought": "The user asks for the balance, so check it first.",
+        "action": {"tool": tool, "params": {"account": "ACC001"} if params is None else params},
+        "plan": ["check the balance"],
+    }
+    return json.dumps({**body, **fields}, ensure_ascii=False)
+
+
+SINGLE = {
+    "id": "s-1",
+    "scenario_id": "s",
+    "kind": "single",
+    "lang": "en",
+    "step": 1,
+    "n_steps": 1,
+    "prompt": "What is the balance of ACC001?",
+    "solution": solution(),
+    "tool": "check_balance",
+}
+MULTI_STEP_2 = {
+    "id": "m-2",
+    "scenario_id": "m",
+    "kind": "multi",
+    "lang": "zh",
+    "step": 2,
+    "n_steps": 2,
+    "prompt": "查一下 ACC001 余额，够的话转 10万 到 ACC002\n\nPrevious steps:\n"
+    "Step 1: check_balance → 余额 500,000",
+    "solution": json.dumps(
+        {
+            "thought": "余额足够，所以转账。",
+            "action": {
+                "tool": "transfer_funds",
+                "params": {"from_account": "ACC001", "to_account": "ACC002", "amount": 100000},
+            },
+            "plan": ["转账 10万"],
+        },
+        ensure_ascii=False,
+    ),
+    "tool": "transfer_funds",
+}
+
+
+def validate_rows(tmp_path: Path, rows: list[dict[str, Any]]) -> DataReport:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    return validate_samples.fn(load_samples.fn([path]))
+
+
+@dataclass(frozen=True)
+class Violation:
+    check: str
+    row: dict[str, Any]  # replaces line 2 of a file whose line 1 is a valid row
+
+
+# Each entry breaks one rule on line 2; the file's other rows stay valid.
+VIOLATIONS = [
+    Violation("id_unique", {**MULTI_STEP_2, "id": "s-1"}),
+    Violation("kind_known", {**SINGLE, "id": "x", "kind": "pair"}),
+    Violation("steps_match_kind", {**SINGLE, "id": "x", "n_steps": 2}),
+    Violation("steps_match_kind", {**MULTI_STEP_2, "n_steps": 1, "step": 1, "prompt": "hi"}),
+    Violation("steps_match_kind", {**MULTI_STEP_2, "step": 3, "n_steps": 2}),
+    Violation("lang_known", {**SINGLE, "id": "x", "lang": "fr"}),
+    Violation(
+        "tool_in_catalogue", {**SINGLE, "id": "x", "tool": "fly", "solution": solution("fly")}
+    ),
+    Violation("solution_is_json_object", {**SINGLE, "id": "x", "solution": "{'thought': 'x'}"}),
+    Violation("solution_is_json_object", {**SINGLE, "id": "x", "solution": '["a"]'}),
+    Violation("solution_is_json_object", {**SINGLE, "id": "x", "solution": solution() + " ok"}),
+    Violation("solution_has_thought", {**SINGLE, "id": "x", "solution": solution(thought="  ")}),
+    Violation("solution_has_thought", {**SINGLE, "id": "x", "solution": solution(thought=5)}),
+    Violation("solution_has_thought", {**SINGLE, "id": "x", "solution": solution(thought=None)}),
+    Violation(
+        "solution_has_action_tool",
+        {**SINGLE, "id": "x", "solution": solution(action={"params": {"account": "ACC001"}})},
+    ),
+    Violation(
+        "solution_has_params_object",
+        {**SINGLE, "id": "x", "solution": solution(params='{"account": "ACC001"}')},
+    ),
+    Violation(
+        "solution_plan_is_string_list", {**SINGLE, "id": "x", "solution": solution(plan="check")}
+    ),
+    Violation(
+        "solution_plan_is_string_list", {**SINGLE, "id": "x", "solution": solution(plan=["a", 1])}
+    ),
+    Violation(
+        "solution_plan_is_string_list", {**SINGLE, "id": "x", "solution": solution(plan='["a"]')}
+    ),
+    Violation("tool_matches_solution", {**SINGLE, "id": "x", "tool": "withdraw"}),
+    Violation("params_match_schema", {**SINGLE, "id": "x", "solution": solution(params={})}),
+    Violation(
+        "params_match_schema",
+        {**SINGLE, "id": "x", "solution": solution(params={"account": "ACC001", "pin": "1234"})},
+    ),
+    Violation(
+        "params_match_schema",
+        {**SINGLE, "id": "x", "solution": solution(params={"account": "savings"})},
+    ),
+    Violation(
+        "params_match_schema",
+        {
+            **SINGLE,
+            "id": "x",
+            "tool": "withdraw",
+            "solution": solution("withdraw", {"account": "ACC001", "amount": 0}),
+        },
+    ),
+    Violation(
+        "params_match_schema",
+        {
+            **SINGLE,
+            "id": "x",
+            "tool": "place_order",
+            "solution": solution("place_order", {"symbol": "AAPL", "side": "hold", "quantity": 1}),
+        },
+    ),
+    Violation("prompt_not_empty", {**SINGLE, "id": "x", "prompt": " \n "}),
+    Violation("prompt_within_length", {**SINGLE, "id": "x", "prompt": "a" * 4_001}),
+    Violation(
+        "previous_steps_match_step", {**MULTI_STEP_2, "prompt": "查一下 ACC001 余额，够的话转账"}
+    ),
+    Violation(
+        "previous_steps_match_step",
+        {**SINGLE, "id": "x", "prompt": SINGLE["prompt"] + "\n\nPrevious steps:\n"},
+    ),
+    Violation(
+        "previous_steps_match_step",
+        {**MULTI_STEP_2, "step": 3, "n_steps": 3, "prompt": MULTI_STEP_2["prompt"]},
+    ),
+]
+
+
+def test_every_check_has_a_violating_row():
+    assert {v.check for v in VIOLATIONS} == set(check_names())
+
+
+@pytest.mark.parametrize(
+    "violation", VIOLATIONS, ids=[f"{v.check}-{i}" for i, v in enumerate(VIOLATIONS)]
+)
+def test_violating_row_is_reported_with_its_line_and_check(tmp_path, violation):
+    report = validate_rows(tmp_path, [SINGLE, violation.row])
+    lines = [str(p) for p in report.failures if p.check == violation.check]
+    assert any(line.startswith(f"{tmp_path / 'rows.jsonl'}:2: ") for line in lines), report
+    assert all(line.endswith(f"[check: {violation.check}]") for line in lines)
+    assert not report.ok
+    assert report.rows == 2
+    assert report.invalid_rows + report.valid_rows == 2
+
+
+def test_valid_single_and_multi_step_rows_pass(tmp_path):
+    report = validate_rows(tmp_path, [SINGLE, MULTI_STEP_2])
+    assert report.failures == []
+    assert report.ok
+    assert (report.valid_rows, report.invalid_rows) == (2, 0)
+
+
+def test_numeric_looking_strings_are_strings(tmp_path):
+    """JSONPath unquotes strings: a thought "5" is a string, only the number 5 is not."""
+    row = {**SINGLE, "solution": solution(thought="5", plan=["1", "[2]"])}
+    assert validate_rows(tmp_path, [row]).failures == []
+
+
+def test_multi_step_prompt_lists_previous_steps_reports_the_count(tmp_path):
+    step_3 = {**MULTI_STEP_2, "id": "m-3", "step": 3, "n_steps": 3}
+    report = validate_rows(tmp_path, [SINGLE, step_3])
+    (problem,) = [p for p in report.failures if p.check == "previous_steps_match_step"]
+    assert str(problem) == (
+        f"{tmp_path / 'rows.jsonl'}:2: step 3 lists 1 previous step(s) (expected 2) "
+        "[check: previous_steps_match_step]"
+    )
+
+
+def test_history_section_on_the_wrong_step_is_named(tmp_path):
+    with_section = {**SINGLE, "prompt": SINGLE["prompt"] + "\n\nPrevious steps:\n"}
+    without_section = {**MULTI_STEP_2, "prompt": "Step 1: check_balance → 500"}
+    report = validate_rows(tmp_path, [with_section, without_section])
+    assert [p.message for p in report.failures] == [
+        "step 1 has a `Previous steps:` section (expected none)",
+        "step 2 has no `Previous steps:` section",
+    ]
+
+
+def test_duplicate_ids_are_reported_on_every_row_that_shares_them(tmp_path):
+    report = validate_rows(tmp_path, [SINGLE, MULTI_STEP_2, {**MULTI_STEP_2, "id": "s-1"}])
+    assert {p.line for p in report.failures if p.check == "id_unique"} == {1, 3}
+    assert (report.valid_rows, report.invalid_rows) == (1, 2)
+
+
+def test_params_failure_says_what_the_schema_rejected(tmp_path):
+    row = {**SINGLE, "solution": solution(params={"account": "ACC001", "pin": "1"})}
+    (problem,) = validate_rows(tmp_path, [row]).failures
+    assert problem.check == "params_match_schema"
+    assert "must not contain" in problem.message and "pin" in problem.message
+
+
+def test_same_prompt_with_different_labels_is_a_label_conflict_not_a_failure(tmp_path):
+    relabelled = {
+        **SINGLE,
+        "id": "s-2",
+        "prompt": "  what is the BALANCE of\tACC001? ",
+        "tool": "withdraw",
+        "solution": solution("withdraw", {"account": "ACC001", "amount": 50}),
+    }
+    report = validate_rows(tmp_path, [SINGLE, relabelled, MULTI_STEP_2])
+    assert report.ok
+    (conflict,) = report.conflicts
+    assert conflict.prompt == "what is the balance of acc001?"
+    assert conflict.tools == ["check_balance", "withdraw"]
+    assert [row.location.rsplit(":", 1)[1] for row in conflict.rows] == ["1", "2"]
+
+
+def test_every_check_states_its_rule_in_words():
+    for check in check_names():
+        assert len(check_rule(check).split()) >= 4, check
