@@ -1,0 +1,78 @@
+"""The locally built tokenizer and model, and the prompt text shared by training and evaluation."""
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from schemas.catalogue import load_catalogue
+from training.chat import SYSTEM_PROMPT, chat_prompt
+from training.model import IM_END, build_tiny
+
+TEXTS = [
+    "If ACC399 has at least 13850, send it to my savings account.",
+    "ACC108 余额足够的话，转账 14530元 给 ACC634",
+    '{"thought": "first check", "action": {"tool": "check_balance", "params": {}}, "plan": []}',
+] * 20
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny(TEXTS, hidden_size=32, num_layers=1, num_heads=2, vocab_size=400)
+
+
+def test_digits_are_split_one_per_token(tiny):
+    tokenizer, _ = tiny
+    tokens = tokenizer.tokenize("balance 13850")
+    assert tokens[-5:] == ["1", "3", "8", "5", "0"]
+
+
+def test_digits_stay_whole_when_splitting_is_off():
+    tokenizer, _ = build_tiny(
+        TEXTS, hidden_size=32, num_layers=1, num_heads=2, vocab_size=400, split_digits=False
+    )
+    assert not {"1", "3", "8", "5", "0"} >= set(tokenizer.tokenize(" 13850 13850"))
+
+
+def test_tokenizer_round_trips_bilingual_text(tiny):
+    tokenizer, _ = tiny
+    for text in TEXTS[:3]:
+        assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+
+
+def test_im_end_is_eos_in_tokenizer_and_generation_config(tiny):
+    tokenizer, model = tiny
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    assert tokenizer.eos_token == IM_END
+    assert model.generation_config.eos_token_id == im_end
+    assert model.config.vocab_size == len(tokenizer)
+
+
+def test_same_seed_builds_the_same_weights():
+    _, first = build_tiny(TEXTS, hidden_size=32, num_layers=1, num_heads=2, seed=3)
+    _, second = build_tiny(TEXTS, hidden_size=32, num_layers=1, num_heads=2, seed=3)
+    assert all((a == b).all() for a, b in zip(first.parameters(), second.parameters(), strict=True))
+
+
+def test_saved_tiny_model_loads_with_auto_classes_and_keeps_the_chat_format(tiny, tmp_path):
+    tokenizer, model = tiny
+    tokenizer.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    loaded_model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    prompt = chat_prompt(tokenizer, TEXTS[1])
+    assert chat_prompt(loaded_tokenizer, TEXTS[1]) == prompt
+    assert loaded_tokenizer(prompt)["input_ids"] == tokenizer(prompt)["input_ids"]
+    assert loaded_model.generation_config.eos_token_id == tokenizer.eos_token_id
+
+
+def test_chat_prompt_has_system_user_and_open_assistant_turn(tiny):
+    tokenizer, _ = tiny
+    text = chat_prompt(tokenizer, "Show the balance of ACC001")
+    assert text == (
+        f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
+        "<|im_start|>user\nShow the balance of ACC001<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_system_prompt_names_every_catalogue_tool():
+    assert all(name in SYSTEM_PROMPT for name in load_catalogue().names)

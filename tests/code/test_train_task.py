@@ -1,0 +1,80 @@
+"""The Prefect task that runs a training stage as a subprocess: command, deadline, failures."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.logging import disable_run_logger
+
+from tasks.train import StageFailed, stage_command, train_stage
+from training.config import CONFIG_FILENAME, load_preset
+
+
+def test_one_process_runs_python_m_training():
+    command = stage_command("sft", Path("/runs/a"), load_preset("cpu"), None)
+    assert command == [sys.executable, "-m", "training", "sft", "--run-dir", "/runs/a"]
+
+
+def test_several_processes_go_through_accelerate_launch():
+    config = load_preset("gpu", num_processes=4)
+    command = stage_command("grpo", Path("/runs/a"), config, Path("/models/sft"))
+    assert command[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
+    assert command[command.index("--mixed_precision") + 1] == "bf16"
+    assert command[-7:] == [
+        "-m",
+        "training",
+        "grpo",
+        "--run-dir",
+        "/runs/a",
+        "--init",
+        "/models/sft",
+    ]
+
+
+def _training_processes(run_dir: Path) -> list[int]:
+    """Pids of live processes whose command line names `run_dir`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(run_dir) in (proc / "cmdline").read_text():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_deadline_stops_the_training_process_and_says_how_to_resume(prefect_harness, tmp_path):
+    with disable_run_logger(), pytest.raises(StageFailed, match="past its 2s deadline") as error:
+        train_stage.fn("sft", tmp_path, load_preset("smoke"), timeout_s=2)
+    assert error.value.returncode is None
+    assert "re-run to resume" in str(error.value)
+    time.sleep(0.5)
+    assert _training_processes(tmp_path) == []
+
+
+@flow(name="one-stage")
+def _one_stage(run_dir: Path, config):
+    return train_stage("sft", run_dir, config, timeout_s=300)
+
+
+def test_bad_config_fails_the_task_once_with_the_childs_message(prefect_harness, tmp_path):
+    config = load_preset("smoke", train_multistep=Path("missing/multistep.jsonl"))
+
+    state = _one_stage(tmp_path, config, return_state=True)
+
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, StageFailed) and error.returncode == 2
+    message = str(error)
+    assert "sft stage failed (exit status 2)" in message
+    assert "missing/multistep.jsonl: sample file not found" in message
+    assert "Traceback" not in message
+    with get_client(sync_client=True) as client:  # input errors are not retried
+        flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+        (task_run,) = client.read_task_runs(flow_run_filter=flow_runs)
+    assert task_run.state.is_failed() and task_run.run_count == 1
+    assert (tmp_path / CONFIG_FILENAME).is_file()

@@ -1,0 +1,76 @@
+"""`python -m training {sft,grpo} --run-dir DIR [--preset NAME | --config FILE] [--init DIR]`.
+
+The process a Prefect task (or `accelerate launch -m training`) starts: it reads the run folder's
+config (or writes the one given), trains one stage there and resumes from its last checkpoint.
+Problems with the input exit with status 2 and one line on stderr, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+import datasets
+import torch
+import transformers
+
+from training.config import CONFIG_FILENAME, ConfigError, TrainConfig, load_preset, read_config
+from training.grpo import run_grpo
+from training.samples import SamplesError
+from training.sft import run_sft
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
+    parser.add_argument("stage", choices=["sft", "grpo"])
+    parser.add_argument("--run-dir", type=Path, required=True, help="the run folder")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--preset", help="start the run folder's config from this preset")
+    source.add_argument("--config", type=Path, help="start the run folder's config from this file")
+    parser.add_argument("--init", type=Path, help="grpo only: model to start from (default sft)")
+    return parser.parse_args(argv)
+
+
+def run_config(run_dir: Path, preset: str | None, config_file: Path | None) -> TrainConfig:
+    """The config given (then written to the run folder), else the one already there."""
+    stored = run_dir / CONFIG_FILENAME
+    if preset is not None:
+        config = load_preset(preset)
+    elif config_file is not None:
+        config = read_config(config_file)
+    elif stored.is_file():
+        return read_config(stored)
+    else:
+        raise ConfigError(f"{stored}: no training config; pass --preset or --config")
+    config.write(stored)
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
+    # The parent streams this output line by line: no progress bars, no deprecation notes that
+    # TRL's own calls into transformers raise.
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    try:
+        config = run_config(args.run_dir, args.preset, args.config)
+        if config.torch_threads is not None:
+            torch.set_num_threads(config.torch_threads)
+        if args.stage == "sft":
+            model_dir = run_sft(args.run_dir, config)
+        else:
+            model_dir = run_grpo(args.run_dir, config, args.init)
+    except (ConfigError, SamplesError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"saved {args.stage} model to {model_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

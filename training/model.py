@@ -1,0 +1,150 @@
+"""A tiny model built locally: a byte-level BPE tokenizer trained on the data and a random Qwen2.
+
+No machine here can download weights, so the `cpu` and `smoke` presets build their model from
+scratch. Both halves are ordinary Hugging Face objects: `save_pretrained` writes them and
+`AutoTokenizer` / `AutoModelForCausalLM` load them back, exactly as for a pretrained model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers import set_seed as set_transformers_seed
+
+from training.config import TrainConfig
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+PAD = "<|pad|>"
+SPECIAL_TOKENS = [PAD, IM_START, IM_END]
+
+# ChatML, as Qwen2.5-Instruct writes it, so a tiny model and a pretrained one see the same format.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Qwen2's pre-tokenizer pattern. `\p{N}` alone puts every digit in its own token, which lets a
+# small model compare amounts digit by digit; `\p{N}+` keeps numbers whole.
+_PRE_TOKENIZER_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+MAX_POSITIONS = 1024
+
+
+def train_tokenizer(
+    texts: list[str], *, vocab_size: int = 2048, split_digits: bool = True
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on `texts`, with ChatML special tokens and template."""
+    pattern = _PRE_TOKENIZER_PATTERN % ("" if split_digits else "+")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=IM_END,
+        pad_token=PAD,
+        additional_special_tokens=[IM_START],
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=MAX_POSITIONS,
+        padding_side="left",
+    )
+
+
+def build_tiny(
+    texts: list[str],
+    *,
+    hidden_size: int = 256,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    vocab_size: int = 2048,
+    seed: int = 0,
+    split_digits: bool = True,
+) -> tuple[PreTrainedTokenizerFast, Qwen2ForCausalLM]:
+    """A tokenizer trained on `texts` and a randomly initialised Qwen2 sized to it (seeded)."""
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, split_digits=split_digits)
+    set_transformers_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    # Without eos in the generation config, generate() runs every completion to the length limit.
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    return tokenizer, model
+
+
+def load_model(
+    path: Path | str, config: TrainConfig
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    """The tokenizer and causal LM at `path` (a local directory or a hub id), in the config's
+    precision, with the tokenizer's eos also ending generation."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.bfloat16 if config.bf16 else torch.float32
+    )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return tokenizer, model
+
+
+def lora_config(config: TrainConfig) -> LoraConfig | None:
+    """PEFT's LoRA settings for the TRL trainer's `peft_config`, or None to train every weight."""
+    if config.lora_r == 0:
+        return None
+    return LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        target_modules=config.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path) -> Path:
+    """Save a plain model directory (LoRA merged into the weights), loadable with `AutoModel*`."""
+    if isinstance(model, PeftModel):
+        model = model.merge_and_unload()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

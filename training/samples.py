@@ -1,0 +1,83 @@
+"""The rows each training stage learns from, read from the JSONL files a config names."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from training.chat import SYSTEM_PROMPT
+from training.config import TrainConfig
+
+Row = dict[str, Any]
+# The ChatML frame around every prompt, so the tokenizer learns its role names as whole tokens.
+_CHAT_FRAME = "system\nuser\nassistant\n"
+
+
+class SamplesError(ValueError):
+    """A sample file that a stage cannot read; the message names the file and line."""
+
+
+def read_samples(path: Path) -> list[Row]:
+    """The rows of a JSONL file (the data gate validates contents; this only has to parse)."""
+    if not path.is_file():
+        raise SamplesError(f"{path}: sample file not found")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SamplesError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        missing = {"prompt", "solution"} - set(row) if isinstance(row, dict) else {"an object"}
+        if missing:
+            raise SamplesError(f"{path}:{number}: row lacks {sorted(missing)}")
+        rows.append(row)
+    return rows
+
+
+def is_condition_fails(row: Row) -> bool:
+    """A multi-step row whose label is to reply instead of acting: the condition did not hold."""
+    return row.get("kind") == "multi" and row.get("tool") == "respond"
+
+
+def _subset(rows: list[Row], config: TrainConfig) -> list[Row]:
+    """At most `max_train_rows` rows (seeded draw, smoke runs), the condition-fails branch
+    repeated `condition_fails_repeat` times."""
+    if config.max_train_rows is not None and len(rows) > config.max_train_rows:
+        rows = random.Random(config.seed).sample(rows, config.max_train_rows)
+    repeats = [config.condition_fails_repeat if is_condition_fails(row) else 1 for row in rows]
+    return [row for row, times in zip(rows, repeats, strict=True) for _ in range(times)]
+
+
+def sft_rows(config: TrainConfig) -> list[Row]:
+    """The warm start's rows: every single-step row plus a seeded share of whole multi-step
+    scenarios (the case study's model had seen single-step requests in a previous round)."""
+    single = read_samples(config.data_path(config.train_single_step))
+    multi = read_samples(config.data_path(config.train_multistep))
+    scenarios = sorted({row["scenario_id"] for row in multi})
+    chosen = set(
+        random.Random(config.seed).sample(
+            scenarios, round(config.sft_multistep_fraction * len(scenarios))
+        )
+    )
+    return _subset(single + [row for row in multi if row["scenario_id"] in chosen], config)
+
+
+def grpo_rows(config: TrainConfig) -> list[Row]:
+    """Every training row, single-step and multi-step (as the case study's GRPO round)."""
+    single = read_samples(config.data_path(config.train_single_step))
+    multi = read_samples(config.data_path(config.train_multistep))
+    return _subset(single + multi, config)
+
+
+def tokenizer_corpus(rows: list[Row]) -> list[str]:
+    """The text a locally built tokenizer is trained on: what the model reads and writes, with the
+    system prompt and chat frame once per row, so they are as frequent (and merged) as in use."""
+    return [
+        text
+        for row in rows
+        for text in (SYSTEM_PROMPT, _CHAT_FRAME, row["prompt"], row["solution"])
+    ]

@@ -1,0 +1,76 @@
+"""The SFT warm start: teach the output format and single-step tools before GRPO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from datasets import Dataset
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from trl import SFTConfig, SFTTrainer
+
+from training.chat import chat_prompt
+from training.config import TrainConfig
+from training.metrics import METRICS_FILENAME, MetricsFileCallback
+from training.model import build_tiny, load_model, lora_config, save_model
+from training.samples import grpo_rows, sft_rows, tokenizer_corpus
+from training.stage import train_and_save
+
+STAGE = "sft"
+
+
+def sft_config(config: TrainConfig, stage_dir: Path) -> SFTConfig:
+    """TRL's SFT settings for this config: loss on the completion only, cosine schedule."""
+    return SFTConfig(
+        **config.trainer_arguments(stage_dir),
+        num_train_epochs=config.sft_epochs,
+        learning_rate=config.sft_learning_rate,
+        per_device_train_batch_size=config.sft_batch_size,
+        max_length=config.sft_max_length,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,
+        completion_only_loss=True,
+    )
+
+
+def initial_model(
+    config: TrainConfig, stage_dir: Path
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    """The model SFT starts from: the configured base model, or a tiny one built on the training
+    text and kept in `<stage_dir>/init` so that a resumed run uses the very same tokenizer."""
+    if config.base_model is not None:
+        return load_model(config.base_model, config)
+    init_dir = stage_dir / "init"
+    if not (init_dir / "config.json").is_file():
+        tokenizer, model = build_tiny(
+            tokenizer_corpus(grpo_rows(config)),
+            hidden_size=config.hidden_size,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            vocab_size=config.vocab_size,
+            seed=config.seed,
+            split_digits=config.split_digits,
+        )
+        save_model(model, tokenizer, init_dir)
+    return load_model(init_dir, config)
+
+
+def run_sft(run_dir: Path, config: TrainConfig) -> Path:
+    """Train the warm start in `<run_dir>/sft` (resuming from its last checkpoint) and return the
+    saved model directory `<run_dir>/sft/model`."""
+    stage_dir = run_dir / STAGE
+    tokenizer, model = initial_model(config, stage_dir)
+    dataset = Dataset.from_list(
+        [
+            {"prompt": chat_prompt(tokenizer, row["prompt"]), "completion": row["solution"]}
+            for row in sft_rows(config)
+        ]
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_config(config, stage_dir),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+        callbacks=[MetricsFileCallback(stage_dir / METRICS_FILENAME)],
+    )
+    return train_and_save(trainer, tokenizer, stage_dir, config)

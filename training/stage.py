@@ -1,0 +1,46 @@
+"""What both stages do around `trainer.train()`: resume, then save the model and its config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase, Trainer
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from training.config import CONFIG_FILENAME, TrainConfig
+from training.model import save_model
+
+
+def last_checkpoint(stage_dir: Path) -> Path | None:
+    """The newest complete `checkpoint-N` folder of a stage, if an earlier run left one.
+
+    The Trainer writes a checkpoint in place and its `trainer_state.json` last, so a process
+    killed while saving leaves a folder without it: that one is skipped, not resumed from.
+    """
+    checkpoints = stage_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if stage_dir.is_dir() else []
+    complete = [
+        path
+        for path in checkpoints
+        if path.name.rpartition("-")[2].isdigit() and (path / TRAINER_STATE_NAME).is_file()
+    ]
+    return max(complete, key=checkpoint_step, default=None)
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The global step a `checkpoint-N` folder was saved at."""
+    return int(checkpoint.name.rpartition("-")[2])
+
+
+def train_and_save(
+    trainer: Trainer, tokenizer: PreTrainedTokenizerBase, stage_dir: Path, config: TrainConfig
+) -> Path:
+    """Train (from the last checkpoint when there is one) and save `<stage_dir>/model` with the
+    config beside the weights; returns that directory."""
+    resume = last_checkpoint(stage_dir)
+    if resume is not None:
+        print(f"resuming from {resume}", flush=True)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    model_dir = save_model(trainer.model, tokenizer, stage_dir / "model")
+    config.write(model_dir / CONFIG_FILENAME)
+    return model_dir
