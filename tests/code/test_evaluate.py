@@ -1,0 +1,249 @@
+"""Evaluation: output checks that never raise, tool scoring, and a random tiny model end to end."""
+
+import json
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prediction_rows import CATALOGUE, prediction_row, predictions_frame
+
+from flows import cli
+from schemas.catalogue import DATA_DIR
+from schemas.predictions import PredictionsError, probability_columns, validate_predictions
+from tasks.evaluate import (
+    EvalSettings,
+    EvaluationError,
+    action_slot_prefix,
+    completion_checks,
+    evaluate_model,
+    load_model,
+    predict,
+    sample_source,
+    tool_probabilities,
+)
+from training.model import build_tiny
+
+SOLUTION = json.dumps(
+    {
+        "thought": "先查余额。",
+        "action": {"tool": "check_balance", "params": {"account": "ACC001"}},
+        "plan": ["查余额"],
+    },
+    ensure_ascii=False,
+)
+QUICK = EvalSettings(max_new_tokens=16, batch_size=4, score_batch_size=16, torch_threads=1)
+
+
+def _shipped_rows(n_per_file: int) -> pl.DataFrame:
+    frames = [
+        pl.read_ndjson(path).head(n_per_file).with_columns(source=pl.lit(sample_source(path)))
+        for path in sorted((DATA_DIR / "eval").glob("*.jsonl"))
+    ]
+    return pl.concat(frames)
+
+
+@pytest.fixture(scope="module")
+def random_model_dir(tmp_path_factory):
+    """A randomly initialised tiny model: its output is garbage, which is the point."""
+    rows = _shipped_rows(20)
+    tokenizer, model = build_tiny(
+        [*rows["prompt"], *rows["solution"]], hidden_size=32, num_layers=1, vocab_size=400
+    )
+    path = tmp_path_factory.mktemp("random-model")
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+    return path
+
+
+# --- reading the model's output -------------------------------------------------------------
+
+
+def test_tool_slot_prefix_is_the_models_own_output_up_to_the_tool_name():
+    completion = '{"thought": "first check", "action": {"tool":"withdraw", "params": {}}}'
+    assert action_slot_prefix(completion) == '{"thought": "first check", "action": {"tool":"'
+
+
+def test_tool_slot_prefix_falls_back_to_the_canonical_one_carrying_the_thought():
+    completion = '{"thought": "先查余额", "action": "none"}'
+    assert action_slot_prefix(completion) == '{"thought": "先查余额", "action": {"tool": "'
+
+
+def test_tool_slot_prefix_of_garbage_has_an_empty_thought():
+    assert action_slot_prefix("\n\n\x00 ]]") == '{"thought": "", "action": {"tool": "'
+
+
+def test_right_answer_passes_every_check():
+    assert completion_checks(SOLUTION, SOLUTION, CATALOGUE) == {
+        "predicted_tool": "check_balance",
+        "parsed_ok": True,
+        "params_valid": True,
+        "params_exact": True,
+        "consistent": True,
+    }
+
+
+def test_right_tool_with_other_params_is_valid_but_not_exact():
+    other = SOLUTION.replace("ACC001", "ACC002")
+    checks = completion_checks(other, SOLUTION, CATALOGUE)
+    assert (checks["params_valid"], checks["params_exact"]) == (True, False)
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "",
+        "[1, 2]",
+        '{"action": "withdraw"}',
+        '{"thought": 5, "action": {"tool": 7, "params": []}, "plan": "x"}',
+        '{"thought": "x", "action": {"tool": "launch_rocket", "params": {}}, "plan": []}',
+        '{"action": {"tool": "withdraw", "params": {"amount": -1}}}',
+        "{" * 5000,
+        '{"thought": "\\ud800", "action": {"tool": "withdraw"}}',
+    ],
+)
+def test_malformed_output_gets_false_checks_not_an_exception(completion):
+    checks = completion_checks(completion, SOLUTION, CATALOGUE)
+    assert not (checks["parsed_ok"] and checks["params_valid"] and checks["params_exact"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_is_checked_and_given_a_tool_slot_without_raising(completion):
+    checks = completion_checks(completion, SOLUTION, CATALOGUE)
+    assert checks["predicted_tool"] is None or isinstance(checks["predicted_tool"], str)
+    assert re.search(r'"tool"\s*:\s*"$', action_slot_prefix(completion))
+
+
+# --- the predictions contract ----------------------------------------------------------------
+
+
+def test_predictions_contract_names_the_failing_rows_and_checks():
+    frame = predictions_frame(
+        [prediction_row("a", "withdraw"), prediction_row("a", "withdraw", step=3, n_steps=2)]
+    )
+    with pytest.raises(PredictionsError) as error:
+        validate_predictions(frame, CATALOGUE)
+    assert "column id [check: field_uniqueness]" in str(error.value)
+    assert "row 1: [check: step_within_scenario]" in str(error.value)
+
+
+def test_predictions_contract_needs_one_probability_column_per_catalogue_tool():
+    frame = predictions_frame([prediction_row("a", "withdraw")]).drop("p_respond")
+    with pytest.raises(PredictionsError, match=r"missing \['p_respond'\]"):
+        validate_predictions(frame, CATALOGUE)
+
+
+def test_probabilities_must_sum_to_one():
+    frame = predictions_frame([prediction_row("a", "withdraw")]).with_columns(p_respond=0.9)
+    with pytest.raises(PredictionsError, match="probabilities_sum_to_one"):
+        validate_predictions(frame, CATALOGUE)
+
+
+# --- a random tiny model end to end ------------------------------------------------------------
+
+
+def test_tool_probabilities_do_not_depend_on_batch_padding(random_model_dir):
+    tokenizer, model = load_model(random_model_dir)
+    contexts = ["short", '{"thought": "a much longer context of many words", "action": {"tool": "']
+    names = ["withdraw", "check_balance", "respond"]
+
+    batched = tool_probabilities(tokenizer, model, contexts, names, batch_size=6)
+    one_by_one = np.vstack(
+        [tool_probabilities(tokenizer, model, [c], names, batch_size=1) for c in contexts]
+    )
+    np.testing.assert_allclose(batched, one_by_one, atol=1e-5)
+    np.testing.assert_allclose(batched.sum(axis=1), 1.0)
+
+
+def test_tool_probabilities_equal_a_plain_forward_pass_over_each_candidate(random_model_dir):
+    """The cached continuation scores what scoring each `context + name"` from scratch does."""
+    tokenizer, model = load_model(random_model_dir)
+    context = '{"thought": "先查余额", "action": {"tool": "'
+    names = ["withdraw", "check_balance", "get_transactions"]
+
+    def log_prob(name: str) -> float:
+        prefix = tokenizer(context, add_special_tokens=False)["input_ids"]
+        target = tokenizer(name + '"', add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prefix + target])).logits[0]
+        log_probs = torch.log_softmax(logits[len(prefix) - 1 : -1], -1)
+        return float(log_probs[torch.arange(len(target)), target].sum())
+
+    reference = np.exp([log_prob(name) for name in names])
+    np.testing.assert_allclose(
+        tool_probabilities(tokenizer, model, [context], names, batch_size=1)[0],
+        reference / reference.sum(),
+        atol=1e-5,
+    )
+
+
+def test_random_model_output_is_evaluated_without_crashing(random_model_dir):
+    samples = _shipped_rows(3)
+
+    predictions = predict(random_model_dir, samples, QUICK)
+
+    assert predictions["id"].to_list() == samples["id"].to_list()
+    assert predictions["label_tool"].to_list() == samples["tool"].to_list()
+    sums = predictions.select(pl.sum_horizontal(probability_columns(CATALOGUE))).to_series()
+    assert np.allclose(sums.to_numpy(), 1.0)
+
+
+def test_evaluate_task_writes_predictions_and_metrics(random_model_dir, tmp_path):
+    report = evaluate_model.fn(random_model_dir, _shipped_rows(2), tmp_path, QUICK)
+
+    assert pl.read_parquet(report.predictions_path).height == 6
+    metrics = json.loads(report.metrics_path.read_text())
+    assert metrics["n_rows"] == 6
+    assert {s["value"] for s in metrics["slices"] if s["slice"] == "source"} == {
+        "eval/multistep",
+        "eval/single_step",
+        "eval/unseen_phrasing",
+    }
+    assert "## Confusion matrix" in (tmp_path / "metrics.md").read_text()
+
+
+def test_missing_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(EvaluationError, match="not a saved model"):
+        predict(tmp_path, _shipped_rows(1), QUICK)
+
+
+def test_samples_without_contract_columns_are_a_clear_error(random_model_dir):
+    with pytest.raises(EvaluationError, match=r"lack columns \['source'\]"):
+        predict(random_model_dir, _shipped_rows(1).drop("source"), QUICK)
+
+
+# --- the commands ------------------------------------------------------------------------------
+
+
+def test_evaluate_then_mine_commands_write_metrics_and_review_queue(random_model_dir, tmp_path):
+    data = sorted((DATA_DIR / "eval").glob("*.jsonl"))[:1]
+    common = {"out": tmp_path, "max_new_tokens": 8, "torch_threads": 1}
+
+    assert cli.evaluate(model=random_model_dir, data=data, **common) == 0
+    (run,) = tmp_path.glob("*-evaluate-*")
+    assert json.loads((run / "metrics.json").read_text())["n_rows"] == len(
+        data[0].read_text().splitlines()
+    )
+    assert cli.mine(predictions=run / "predictions.parquet", out=tmp_path) == 0
+    (mined,) = tmp_path.glob("*-mine-*")
+    assert (mined / "review_queue.csv").is_file() and (mined / "findings.md").is_file()
+
+
+def test_evaluate_command_exits_2_naming_a_missing_data_file(random_model_dir, tmp_path, capsys):
+    code = cli.evaluate(model=random_model_dir, data=[tmp_path / "nope.jsonl"], out=tmp_path)
+
+    assert code == 2
+    assert "nope.jsonl: no such file [check: file_exists]" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_mine_command_exits_2_on_a_file_that_is_not_predictions(tmp_path, capsys):
+    bogus = tmp_path / "bogus.parquet"
+    pl.DataFrame({"id": ["a"]}).write_parquet(bogus)
+
+    assert cli.mine(predictions=bogus, out=tmp_path) == 2
+    assert "probability columns do not match the catalogue" in capsys.readouterr().err

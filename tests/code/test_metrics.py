@@ -1,0 +1,125 @@
+"""Evaluation metrics computed from hand-made predictions frames."""
+
+import json
+
+import pytest
+from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_frame
+
+from tasks.evaluate import (
+    UNPARSED,
+    EvalMetrics,
+    compute_metrics,
+    metrics_markdown,
+    metrics_tables,
+)
+
+
+def _slice(metrics: EvalMetrics, name: str, value: str):
+    return next(s for s in metrics.slices if (s.slice, s.value) == (name, value))
+
+
+@pytest.fixture
+def mixed_predictions():
+    """4 single rows (3 right), a 2-step scenario fully right, a 3-step scenario whose last
+    step (condition fails → respond) is missed, and an unseen-phrasing row with broken output."""
+    return predictions_frame(
+        [
+            prediction_row("s1", "check_balance"),
+            prediction_row("s2", "withdraw", lang="zh"),
+            prediction_row("s3", "get_quote", lang="zh"),
+            prediction_row("s4", "withdraw", "check_balance"),
+            prediction_row("a1", "check_balance", kind="multi", step=1, scenario_id="a"),
+            prediction_row("a2", "transfer_funds", kind="multi", step=2, scenario_id="a"),
+            prediction_row("b1", "check_balance", kind="multi", step=1, n_steps=3, scenario_id="b"),
+            prediction_row("b2", "deposit", kind="multi", step=2, n_steps=3, scenario_id="b"),
+            prediction_row(
+                "b3", "respond", "transfer_funds", kind="multi", step=3, scenario_id="b"
+            ),
+            prediction_row("u1", "get_quote", NO_TOOL, source="eval/unseen_phrasing"),
+        ]
+    )
+
+
+def test_headline_accuracy_by_kind_step_and_condition_fails_branch(mixed_predictions):
+    accuracy = compute_metrics(mixed_predictions).accuracy
+
+    assert accuracy.overall == pytest.approx(7 / 10)
+    assert accuracy.single == pytest.approx(3 / 5)
+    assert accuracy.multi == pytest.approx(4 / 5)
+    assert accuracy.condition_fails == 0.0
+    assert accuracy.by_step == {1: pytest.approx(5 / 7), 2: 1.0, 3: 0.0}
+
+
+def test_scenario_accuracy_counts_a_scenario_only_when_every_step_is_right(mixed_predictions):
+    assert compute_metrics(mixed_predictions).accuracy.scenario == pytest.approx(1 / 2)
+
+
+def test_unseen_phrasing_file_is_reported_as_its_own_slice(mixed_predictions):
+    metrics = compute_metrics(mixed_predictions)
+
+    unseen = _slice(metrics, "source", "eval/unseen_phrasing")
+    assert (unseen.n, unseen.accuracy, unseen.json_valid) == (1, 0.0, 0.0)
+    assert _slice(metrics, "source", "eval/single_step").accuracy == pytest.approx(7 / 9)
+
+
+def test_slices_by_tool_and_language_count_their_rows(mixed_predictions):
+    metrics = compute_metrics(mixed_predictions)
+
+    assert _slice(metrics, "label_tool", "withdraw").accuracy == 0.5
+    assert _slice(metrics, "lang", "zh").n == 2
+    assert _slice(metrics, "branch", "condition_fails").n == 1
+
+
+def test_format_rates_read_the_row_checks():
+    frame = predictions_frame(
+        [
+            prediction_row("ok", "check_balance"),
+            prediction_row("bad-params", "check_balance", params_valid=False, params_exact=False),
+            prediction_row("inconsistent", "check_balance", consistent=False),
+            prediction_row("broken", "check_balance", NO_TOOL),
+        ]
+    )
+    overall = _slice(compute_metrics(frame), "overall", "all")
+
+    assert (overall.json_valid, overall.params_valid) == (0.75, 0.5)
+    assert overall.params_exact == 0.5
+    assert overall.consistent == pytest.approx(2 / 3)  # of the three parseable outputs
+
+
+def test_empty_branch_is_reported_as_missing_not_zero():
+    frame = predictions_frame([prediction_row("s1", "check_balance")])
+
+    accuracy = compute_metrics(frame).accuracy
+    assert accuracy.condition_fails is None and accuracy.multi is None
+
+
+def test_confusion_matrix_counts_output_without_a_tool_as_none(mixed_predictions):
+    confusion = compute_metrics(mixed_predictions).confusion
+
+    assert confusion.labels == CATALOGUE.names
+    assert confusion.count("get_quote", UNPARSED) == 1
+    assert confusion.count("get_quote", "get_quote") == 1
+    assert confusion.count("respond", "transfer_funds") == 1
+    assert sum(map(sum, confusion.counts)) == len(mixed_predictions)
+
+
+def test_unknown_predicted_tool_counts_as_none_in_confusion_matrix():
+    frame = predictions_frame([prediction_row("x", "check_balance", "launch_rocket")])
+
+    assert compute_metrics(frame).confusion.count("check_balance", UNPARSED) == 1
+
+
+def test_metrics_round_trip_through_json(mixed_predictions):
+    metrics = compute_metrics(mixed_predictions)
+
+    assert EvalMetrics.model_validate(json.loads(metrics.model_dump_json())) == metrics
+
+
+def test_markdown_shows_headline_slices_and_confusion_tables(mixed_predictions):
+    metrics = compute_metrics(mixed_predictions)
+    markdown = metrics_markdown(metrics)
+
+    assert "| condition_fails | 0.0% |" in markdown
+    assert "| source | eval/unseen_phrasing | 1 |" in markdown
+    assert "| label \\ predicted |" in markdown
+    assert set(metrics_tables(metrics)) == {"accuracy", "slices", "confusion"}
