@@ -1,0 +1,171 @@
+"""`toolgrpo ablate`: does NGRPO earn its place? SFT vs GRPO vs NGRPO (zero-std) vs NGRPO (all).
+
+Each start (SFT on single-step rows only, and the preset's default warm start) is trained once
+per seed; from each, one GRPO arm per advantage estimator with the same seeds, steps and data.
+Arms run as separate Prefect tasks, `workers` at a time, and every saved checkpoint is evaluated
+on the held-out rows. The report (verdict, table, plot) goes to the run folder and to artifacts.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.futures import PrefectFuture, wait
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.catalogue import DATA_DIR
+from tasks.ablation import (
+    ARMS,
+    STARTS,
+    AblationError,
+    AblationReport,
+    AblationSummary,
+    Start,
+    aggregate_arms,
+    arm_config,
+    eval_samples,
+    publish_ablation,
+    start_config,
+    train_arm,
+    train_start,
+)
+from tasks.evaluate import MAX_TORCH_THREADS, EvalSettings
+from tasks.runs import new_run_dir
+from training.config import ConfigError, load_preset
+from training.ngrpo import Scope
+
+HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
+
+
+class AblationParams(BaseModel):
+    """What `toolgrpo ablate` runs: preset, seeds, steps, arms, starts and parallelism."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    preset: str = "cpu"
+    seeds: int = Field(3, ge=1, description="seeds per start and arm: the preset's seed, +1, …")
+    steps: int | None = Field(None, gt=0, description="GRPO steps per arm; None: the preset's")
+    eval_every: int | None = Field(None, gt=0, description="None: a third of the steps")
+    arms: list[Scope] = Field(default_factory=lambda: list(ARMS), min_length=1)
+    starts: list[Start] = Field(default_factory=lambda: list(STARTS), min_length=1)
+    workers: int = Field(2, ge=1, description="arms trained at once")
+    out: Path = Path("runs")
+    eval_files: list[Path] = Field(default_factory=lambda: list(HELD_OUT), min_length=1)
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="training config fields applied to every stage"
+    )
+    # A busy 2-core machine ran the cpu preset's SFT ~10x slower than a quiet one.
+    stage_timeout_s: float = Field(7200.0, gt=0)
+
+
+def parse_params(**values: Any) -> AblationParams:
+    """Validated params, with the preset and overrides checked before anything trains; raises
+    `AblationError` with one readable line per problem."""
+    try:
+        params = AblationParams(**values)
+        load_preset(params.preset, **params.overrides)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+            for item in error.errors()
+        )
+        raise AblationError(f"invalid ablation settings: {problems}") from None
+    except ConfigError as error:
+        raise AblationError(str(error)) from None
+    for name in ("arms", "starts"):
+        chosen = getattr(params, name)
+        if len(set(chosen)) != len(chosen):
+            raise AblationError(f"{name}: {chosen} names one twice")
+    missing = [str(path) for path in params.eval_files if not path.is_file()]
+    if missing:
+        raise AblationError(f"eval files not found: {', '.join(missing)}")
+    return params
+
+
+def _failure(what: str, future: PrefectFuture) -> str:
+    """`what`: the first line of why its task did not complete."""
+    message = future.state.message or future.state.name
+    return f"{what}: {message.strip().splitlines()[0]}"
+
+
+@flow(name="ablation", log_prints=True)
+def ablation(params: AblationParams) -> AblationReport:
+    """Train the starts, then every arm from each, evaluate, aggregate and publish."""
+    started = time.monotonic()
+    logger = get_run_logger()
+    threads = max(1, MAX_TORCH_THREADS // params.workers)
+    base = load_preset(params.preset, **params.overrides)
+    steps = params.steps or base.grpo_max_steps
+    eval_every = params.eval_every or max(1, steps // 3)
+    seeds = [base.seed + i for i in range(params.seeds)]
+    samples = eval_samples(params.eval_files, base.eval_max_rows)
+    settings = EvalSettings(max_new_tokens=base.max_completion_length, torch_threads=threads)
+    timeout_s = params.stage_timeout_s
+    run_dir = new_run_dir(params.out, "ablation")
+    logger.info(
+        "ablation in %s: %d steps, eval every %d, seeds %s", run_dir, steps, eval_every, seeds
+    )
+
+    # Every start is submitted before any arm: task threads take work in submission order, so
+    # starts train side by side and an arm only ever waits for a start that is already running.
+    configs = {
+        (start, seed): start_config(params.preset, start, seed, threads, params.overrides)
+        for seed in seeds
+        for start in params.starts
+    }
+    starts = {
+        (start, seed): train_start.submit(
+            start, config, run_dir / start / f"seed-{seed}", samples, settings, timeout_s
+        )
+        for (start, seed), config in configs.items()
+    }
+    arms = {
+        (start, seed, arm): train_arm.submit(
+            starts[start, seed],
+            arm_config(config, arm, steps, eval_every),
+            run_dir / start / f"seed-{seed}" / arm,
+            samples,
+            settings,
+            timeout_s,
+        )
+        for (start, seed), config in configs.items()
+        for arm in params.arms
+    }
+    wait([*starts.values(), *arms.values()])
+
+    failed = [
+        _failure(f"{start} seed {seed} (SFT)", future)
+        for (start, seed), future in starts.items()
+        if not future.state.is_completed()
+    ]
+    failed += [
+        _failure(f"{start} seed {seed} {arm}", future)
+        for (start, seed, arm), future in arms.items()
+        if not future.state.is_completed() and starts[start, seed].state.is_completed()
+    ]
+    runs = [future.result() for future in arms.values() if future.state.is_completed()]
+    if not runs:
+        raise AblationError(f"no arm finished: {'; '.join(failed)}")
+    summary = AblationSummary(
+        preset=params.preset,
+        steps=steps,
+        eval_every=eval_every,
+        seeds=seeds,
+        eval_rows=samples.height,
+        arms=aggregate_arms(runs),
+        runs=runs,
+        failed=failed,
+        wall_s=round(time.monotonic() - started, 1),
+    )
+    report = publish_ablation(summary, run_dir)
+    print(report.verdict)
+    return report
+
+
+def run_ablation(params: AblationParams) -> AblationReport:
+    """The ablation flow with `params.workers` task threads."""
+    runner = ThreadPoolTaskRunner(max_workers=params.workers)
+    return ablation.with_options(task_runner=runner)(params)

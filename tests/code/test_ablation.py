@@ -1,0 +1,296 @@
+"""The ablation: arm configs, checkpoint discovery, aggregation across seeds, the verdict, and a
+smoke-preset flow run end to end."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flows.ablation import parse_params, run_ablation
+from schemas.catalogue import DATA_DIR
+from tasks.ablation import (
+    AblationError,
+    AblationSummary,
+    ArmRun,
+    GroupCounts,
+    Scores,
+    Spread,
+    ablation_markdown,
+    aggregate_arms,
+    arm_config,
+    checkpoint_models,
+    compare,
+    eval_samples,
+    group_counts,
+    plot_multi_step,
+    start_config,
+    write_verdict,
+)
+from training.config import load_preset
+
+
+def _scores(step: int, multi: float, single: float = 0.9) -> Scores:
+    return Scores(
+        step=step,
+        multi=multi,
+        single=single,
+        overall=(multi + single) / 2,
+        condition_fails=None,
+        json_valid=1.0,
+    )
+
+
+def _run(
+    arm: str,
+    seed: int,
+    multi: list[float],
+    *,
+    start: str = "single_only",
+    calibrated: int = 0,
+    zero_std: int = 6,
+) -> ArmRun:
+    """An arm whose multi-step accuracy at steps 0, 5, 10, … is `multi` (step 0 is SFT)."""
+    return ArmRun(
+        start=start,
+        arm=arm,
+        seed=seed,
+        curve=[_scores(5 * i, value) for i, value in enumerate(multi)],
+        groups=GroupCounts(zero_std=zero_std, calibrated=calibrated, total=10),
+        wall_s=100.0 + seed,
+    )
+
+
+def _summary(runs: list[ArmRun]) -> AblationSummary:
+    return AblationSummary(
+        preset="cpu",
+        steps=10,
+        eval_every=5,
+        seeds=sorted({run.seed for run in runs}),
+        eval_rows=256,
+        arms=aggregate_arms(runs),
+        runs=runs,
+    )
+
+
+# --- configs -------------------------------------------------------------------------------
+
+
+def test_single_only_start_trains_sft_on_no_multi_step_scenario():
+    single_only = start_config("cpu", "single_only", seed=3, torch_threads=1, overrides={})
+    default = start_config("cpu", "default", seed=3, torch_threads=1, overrides={})
+    assert single_only.sft_multistep_fraction == 0.0
+    assert default.sft_multistep_fraction == load_preset("cpu").sft_multistep_fraction
+    assert (single_only.seed, single_only.torch_threads) == (3, 1)
+
+
+def test_arms_differ_from_their_start_only_in_estimator_steps_and_checkpoints():
+    start = start_config("cpu", "default", seed=1, torch_threads=2, overrides={})
+    arm = arm_config(start, "all", steps=30, eval_every=10)
+    changed = {k for k, v in arm.model_dump().items() if v != start.model_dump()[k]}
+    assert changed <= {"ngrpo_scope", "grpo_max_steps", "save_steps", "save_total_limit"}
+    assert (arm.ngrpo_scope, arm.grpo_max_steps, arm.save_steps) == ("all", 30, 10)
+    assert arm.save_total_limit >= 4  # checkpoints 10, 20, 30 all kept for evaluation
+
+
+def test_every_checkpoint_and_the_final_model_are_evaluated(tmp_path):
+    for name in ["checkpoint-5", "checkpoint-10", "checkpoint-12", "model", "checkpoint-x"]:
+        (tmp_path / name).mkdir()
+    models = checkpoint_models(tmp_path, max_steps=12)
+    assert models == {
+        5: tmp_path / "checkpoint-5",
+        10: tmp_path / "checkpoint-10",
+        12: tmp_path / "model",
+    }
+
+
+def test_group_counts_come_from_the_last_line_that_carries_them(tmp_path):
+    path = tmp_path / "train_metrics.jsonl"
+    lines = [
+        {"step": 1, "zero_std_groups_total": 2, "calibrated_groups_total": 1, "groups_total": 4},
+        {"step": 2, "zero_std_groups_total": 5, "calibrated_groups_total": 3, "groups_total": 8},
+        {"step": 2, "train_runtime": 12.0},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert group_counts(path) == GroupCounts(zero_std=5, calibrated=3, total=8)
+
+
+def test_eval_rows_carry_their_source_and_respect_the_row_cap():
+    paths = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
+    rows = eval_samples(paths, max_rows=5)
+    assert rows.height == 10
+    assert set(rows["source"]) == {"eval/single_step", "eval/multistep"}
+
+
+def test_a_missing_eval_file_is_named_in_the_error(tmp_path):
+    with pytest.raises(AblationError, match=r"nope\.jsonl: eval file not found"):
+        eval_samples([tmp_path / "nope.jsonl"], max_rows=None)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"arms": ["none", "bogus"]}, r"arms\.1: Input should be"),
+        ({"arms": ["none", "none"]}, r"arms: \['none', 'none'\] names one twice"),
+        ({"starts": []}, r"starts: List should have at least 1 item"),
+        ({"preset": "nope"}, r"unknown preset 'nope'"),
+        ({"overrides": {"no_such_field": 1}}, r"no_such_field: Extra inputs are not permitted"),
+        ({"eval_files": [Path("missing.jsonl")]}, r"eval files not found: missing\.jsonl"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_trains(values, message):
+    with pytest.raises(AblationError, match=message):
+        parse_params(**values)
+
+
+# --- aggregation ---------------------------------------------------------------------------
+
+
+def test_aggregation_reports_mean_and_range_across_seeds_at_each_step():
+    runs = [
+        _run("none", 0, [0.1, 0.2, 0.3]),
+        _run("none", 1, [0.3, 0.2, 0.5]),
+        _run("zero_std", 0, [0.1, 0.4, 0.6], calibrated=4),
+        _run("zero_std", 1, [0.3, 0.5, 0.8], calibrated=2),
+    ]
+    summary = _summary(runs)
+    sft = summary.arm("single_only", "sft")
+    assert (sft.step, sft.seeds) == (0, 2)
+    assert sft.metrics["multi"] == Spread(mean=0.2, low=0.1, high=0.3, n=2)
+    ngrpo = summary.arm("single_only", "zero_std")
+    assert ngrpo.step == 10
+    assert ngrpo.metrics["multi"].mean == pytest.approx(0.7)
+    assert (ngrpo.metrics["multi"].low, ngrpo.metrics["multi"].high) == (0.6, 0.8)
+    assert [p.step for p in ngrpo.curve] == [0, 5, 10]
+    changed = ngrpo.calibrated_share
+    assert (changed.mean, changed.low, changed.high) == (pytest.approx(0.3), 0.2, 0.4)
+    assert ngrpo.metrics["condition_fails"] is None  # no such rows: no number invented
+
+
+def test_curve_keeps_only_steps_every_seed_evaluated():
+    short = _run("none", 1, [0.2, 0.3])
+    runs = [_run("none", 0, [0.1, 0.2, 0.3]), short]
+    grpo = _summary(runs).arm("single_only", "none")
+    assert [p.step for p in grpo.curve] == [0, 5]
+    assert grpo.step == 5
+
+
+def test_spread_prints_the_range_only_when_there_are_several_seeds():
+    assert Spread.of([0.5]).percent() == "50.0%"
+    assert Spread.of([0.4, None, 0.6]).percent() == "50.0% (40.0–60.0)"
+    assert Spread.of([None]) is None
+
+
+# --- verdict -------------------------------------------------------------------------------
+
+
+def test_ngrpo_beats_grpo_only_when_the_seed_ranges_do_not_overlap():
+    assert compare(Spread.of([0.5, 0.6]), Spread.of([0.1, 0.2])) == "better"
+    assert compare(Spread.of([0.1, 0.2]), Spread.of([0.5, 0.6])) == "worse"
+    assert compare(Spread.of([0.3, 0.6]), Spread.of([0.1, 0.4])) == "within spread"
+    assert compare(Spread.of([0.9]), Spread.of([0.1])) == "unreplicated"
+
+
+def test_verdict_states_a_win_with_points_and_the_calibrations_reach():
+    runs = [
+        _run("none", 0, [0.04, 0.0, 0.0]),
+        _run("none", 1, [0.03, 0.01, 0.02]),
+        _run("zero_std", 0, [0.04, 0.1, 0.2], calibrated=3),
+        _run("zero_std", 1, [0.03, 0.15, 0.22], calibrated=5),
+    ]
+    verdict = write_verdict(_summary(runs))
+    assert "From the single-step-only SFT start (2 seeds)" in verdict
+    assert "NGRPO (zero-std) beat GRPO by 20.0 points (seed ranges apart)" in verdict
+    assert "its calibration changed 40.0% (30.0–50.0) of groups" in verdict
+    assert "after 10 GRPO steps" in verdict
+
+
+def test_verdict_says_arms_tie_when_within_the_spread():
+    runs = [
+        _run("none", 0, [0.4, 0.5, 0.60], start="default", calibrated=0),
+        _run("none", 1, [0.4, 0.5, 0.70], start="default", calibrated=0),
+        _run("all", 0, [0.4, 0.5, 0.65], start="default", calibrated=10),
+        _run("all", 1, [0.4, 0.5, 0.75], start="default", calibrated=10),
+    ]
+    verdict = write_verdict(_summary(runs))
+    assert "From the default warm start" in verdict
+    assert "NGRPO (all) and GRPO were within the seed spread of each other (+5.0 points" in verdict
+    assert "beat" not in verdict
+
+
+def test_verdict_says_so_when_ngrpo_loses():
+    runs = [
+        _run("none", 0, [0.4, 0.6, 0.7]),
+        _run("none", 1, [0.4, 0.6, 0.8]),
+        _run("all", 0, [0.4, 0.3, 0.2], calibrated=9),
+        _run("all", 1, [0.4, 0.3, 0.3], calibrated=9),
+        _run("zero_std", 0, [0.4, 0.6, 0.7], calibrated=2),
+        _run("zero_std", 1, [0.4, 0.6, 0.75], calibrated=2),
+    ]
+    verdict = write_verdict(_summary(runs))
+    assert "NGRPO (all) lost to GRPO by 50.0 points (seed ranges apart)" in verdict
+    assert "Between the scopes, NGRPO (all) lost to NGRPO (zero-std) by 47.5 points" in verdict
+
+
+def test_verdict_calls_a_calibration_that_never_fired_plain_grpo():
+    runs = [
+        _run("none", 0, [0.44, 0.6, 0.65], start="default"),
+        _run("zero_std", 0, [0.44, 0.6, 0.65], start="default", calibrated=0),
+    ]
+    verdict = write_verdict(_summary(runs))
+    assert "NGRPO (zero-std)'s calibration never changed a group's advantages" in verdict
+    assert "(1 seed)" in verdict
+
+
+def test_one_seed_is_reported_without_a_spread_claim():
+    runs = [_run("none", 0, [0.1, 0.1, 0.1]), _run("zero_std", 0, [0.1, 0.2, 0.3], calibrated=4)]
+    verdict = write_verdict(_summary(runs))
+    assert "NGRPO (zero-std) was 20.0 points above GRPO with one seed (no spread)" in verdict
+    assert "beat" not in verdict
+
+
+def test_report_has_the_verdict_table_and_a_panel_per_start(tmp_path):
+    runs = [
+        _run(arm, seed, [0.1, 0.2 + seed / 10, 0.3], start=start, calibrated=3)
+        for start in ["single_only", "default"]
+        for arm in ["none", "zero_std"]
+        for seed in [0, 1]
+    ]
+    summary = _summary(runs)
+    plot = plot_multi_step(summary, tmp_path / "ablation.png")
+    markdown = ablation_markdown(summary, write_verdict(summary), plot)
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "| single_only | NGRPO (zero-std) | 10 | 2 | 30.0% (30.0–30.0)" in markdown
+    assert "| default | SFT (step 0) | 0 | 2 | 10.0% (10.0–10.0)" in markdown
+    assert "![multi-step accuracy per step](ablation.png)" in markdown
+
+
+# --- the flow ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, tmp_path):
+    params = parse_params(
+        preset="smoke",
+        seeds=1,
+        steps=2,
+        eval_every=1,
+        arms=["none", "zero_std"],
+        starts=["single_only"],
+        workers=2,
+        out=tmp_path,
+        overrides={"sft_epochs": 1, "eval_max_rows": 8},  # the flow is under test, not SFT
+    )
+    report = run_ablation(params)
+
+    assert report.failed == []
+    run_dir = report.markdown_path.parent
+    assert {p.name for p in run_dir.iterdir()} >= {"ablation.md", "ablation.json", "ablation.png"}
+    summary = AblationSummary.model_validate_json(report.json_path.read_text())
+    assert {(run.arm, run.seed) for run in summary.runs} == {("none", 0), ("zero_std", 0)}
+    for run in summary.runs:
+        assert [s.step for s in run.curve] == [0, 1, 2]  # SFT, checkpoint-1, final model
+        assert run.groups.total == 4  # 2 prompts per step × 2 steps
+        assert run.curve[0] == summary.runs[0].curve[0]  # one SFT start shared by both arms
+    assert (run_dir / "single_only" / "seed-0" / "zero_std" / "eval" / "step-1").is_dir()
+    assert "From the single-step-only SFT start (1 seed)" in report.verdict
+    assert report.verdict in report.markdown_path.read_text()
