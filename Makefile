@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/toolgrpo validate data/train/single_step.jsonl data/train/multistep.jsonl data/eval/single_step.jsonl data/eval/multistep.jsonl data/eval/unseen_phrasing.jsonl
+	$(BIN)/toolgrpo run --preset cpu
 
 test: $(STAMP)
 	$(BIN)/ruff check .

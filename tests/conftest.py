@@ -4,8 +4,8 @@ import os
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-import pytest  # noqa: E402
-from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+import pytest
+from prefect.testing.utilities import prefect_test_harness
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,225 @@
+"""The main job: data gate → SFT → evaluate → GRPO (NGRPO) → evaluate → mine → report.
+
+Training is cached on a fingerprint of the validated training rows and the training config, so a
+scheduled run on unchanged data reuses the last models instead of retraining.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+from prefect import flow, get_run_logger
+from prefect.cache_policies import CacheKeyFnPolicy
+from pydantic import BaseModel, Field
+
+from schemas.catalogue import DATA_DIR
+from tasks.evaluate import EvalSettings, evaluate_model, sample_source
+from tasks.load import LoadedSamples, load_samples
+from tasks.mine import mine
+from tasks.report import RunSummary, ZeroStdGroups, publish_report
+from tasks.runs import new_run_dir
+from tasks.train import StageResult, train_stage
+from tasks.validate import (
+    DataReport,
+    enforce_data_gate,
+    publish_data_report,
+    summarise_samples,
+    validate_samples,
+)
+from training.config import TrainConfig, load_preset
+from training.metrics import read_metrics
+
+CONTRACT_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "prompt", "solution"]
+TRAIN_FILES = {"single": "single_step.jsonl", "multi": "multistep.jsonl"}
+
+
+class RetrainParams(BaseModel):
+    """The retrain flow's parameters (Prefect renders them as a form in the UI)."""
+
+    preset: Literal["smoke", "cpu", "gpu"] = Field("cpu", description="training preset")
+    train_files: list[Path] = Field(
+        default=[DATA_DIR / "train" / "single_step.jsonl", DATA_DIR / "train" / "multistep.jsonl"],
+        description="labelled training rows (JSONL or parquet)",
+    )
+    eval_files: list[Path] = Field(
+        default=[
+            DATA_DIR / "eval" / "single_step.jsonl",
+            DATA_DIR / "eval" / "multistep.jsonl",
+            DATA_DIR / "eval" / "unseen_phrasing.jsonl",
+        ],
+        description="held-out rows, split from training by scenario",
+    )
+    label_overrides: Path | None = Field(
+        DATA_DIR / "label_overrides.jsonl",
+        description="reviewed label decisions applied to the rows (skipped if the file is absent)",
+    )
+    out: Path = Field(Path("runs"), description="each run gets a new folder here")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="training config fields to override (training.config)"
+    )
+    audit_training_rows: bool = Field(True, description="also mine the training rows")
+    stage_timeout_s: float = Field(3 * 3600, gt=0, description="deadline of each training stage")
+
+
+def fingerprint(paths: list[Path], config: TrainConfig) -> str:
+    """A hash of the training rows' bytes and every config field except the data paths."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    settings = config.model_dump(mode="json", exclude={"train_single_step", "train_multistep"})
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def files_hash(paths: list[Path]) -> str:
+    """A hash of the input files as given (what changed since the last run)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
+    """The validated training rows (overrides applied) as the JSONL files a stage reads."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for kind, name in TRAIN_FILES.items():
+        path = data_dir / name
+        frame.filter(pl.col("kind") == kind).select(*CONTRACT_COLUMNS, "tool").write_ndjson(path)
+        paths.append(path)
+    return paths
+
+
+def evaluation_rows(frame: pl.DataFrame, max_rows: int | None) -> pl.DataFrame:
+    """Rows with the `source` slice evaluation reports (e.g. `eval/unseen_phrasing`), at most
+    `max_rows` per file (quick runs)."""
+    if max_rows is not None:
+        frame = frame.filter(pl.int_range(pl.len()).over("file") < max_rows)
+    return frame.with_columns(
+        source=pl.col("file").map_elements(lambda f: sample_source(Path(f)), return_dtype=pl.String)
+    )
+
+
+def data_gate(params: RetrainParams, run_dir: Path) -> tuple[LoadedSamples, DataReport]:
+    """Validate every input file; raises DataGateFailed (before any training) when a row fails."""
+    overrides = params.label_overrides
+    if overrides is not None and not overrides.is_file():
+        overrides = None
+    loaded = load_samples([*params.train_files, *params.eval_files], overrides)
+    report = publish_data_report(
+        validate_samples(loaded), summarise_samples(loaded), _subdir(run_dir, "data_quality")
+    )
+    return loaded, enforce_data_gate(report)
+
+
+def cached_stage(
+    stage: Literal["sft", "grpo"],
+    key: str,
+    run_dir: Path,
+    config: TrainConfig,
+    timeout_s: float,
+    init_dir: Path | None = None,
+) -> StageResult:
+    """`train_stage`, reused when the same key (data + config) trained before and its model is
+    still on disk."""
+    cached = train_stage.with_options(
+        cache_policy=CacheKeyFnPolicy(cache_key_fn=lambda *_: f"{stage}-{key}"),
+        persist_result=True,
+    )
+    result = cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir)
+    if not (result.model_dir / "config.json").is_file():
+        result = cached.with_options(refresh_cache=True)(
+            stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir
+        )
+    return result
+
+
+def _subdir(run_dir: Path, name: str) -> Path:
+    path = run_dir / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@flow(name="retrain", log_prints=True)
+def retrain(params: RetrainParams | None = None) -> RunSummary:
+    """Gate the data, train SFT then GRPO + NGRPO, evaluate both, mine errors, publish a report."""
+    params = params or RetrainParams()
+    logger = get_run_logger()
+    run_dir = new_run_dir(params.out, f"retrain-{params.preset}").resolve()
+    logger.info("run folder: %s", run_dir)
+    wall: dict[str, float] = {}
+
+    started = time.monotonic()
+    loaded, gate = data_gate(params, run_dir)
+    train_paths = {str(p) for p in params.train_files}
+    is_train = pl.col("file").is_in(train_paths)
+    single_path, multi_path = write_training_rows(loaded.frame.filter(is_train), run_dir / "data")
+    config = load_preset(
+        params.preset,
+        **{**params.config, "train_single_step": single_path, "train_multistep": multi_path},
+    )
+    train_rows = evaluation_rows(loaded.frame.filter(is_train), config.eval_max_rows)
+    eval_rows = evaluation_rows(loaded.frame.filter(~is_train), config.eval_max_rows)
+    settings = EvalSettings(max_new_tokens=config.max_completion_length)
+    key = fingerprint([single_path, multi_path], config)
+    wall["data gate"] = time.monotonic() - started
+
+    sft = cached_stage("sft", key, run_dir, config, params.stage_timeout_s)
+    grpo = cached_stage(
+        "grpo", key, run_dir, config, params.stage_timeout_s, init_dir=sft.model_dir
+    )
+    retrained = sft.model_dir.is_relative_to(run_dir)
+    if not retrained:
+        logger.info(
+            "data and config unchanged (fingerprint %s): reusing %s, nothing retrained",
+            key[:12],
+            grpo.model_dir,
+        )
+    wall["sft"], wall["grpo"] = (sft.wall_s, grpo.wall_s) if retrained else (0.0, 0.0)
+
+    started = time.monotonic()
+    before = evaluate_model(sft.model_dir, eval_rows, run_dir / "eval_sft", settings)
+    after = evaluate_model(grpo.model_dir, eval_rows, run_dir / "eval_grpo", settings)
+    audit = (
+        evaluate_model(grpo.model_dir, train_rows, run_dir / "eval_train", settings)
+        if params.audit_training_rows
+        else None
+    )
+    wall["evaluate"] = time.monotonic() - started
+
+    started = time.monotonic()
+    mining = mine(
+        pl.read_parquet(after.predictions_path),
+        pl.read_parquet(audit.predictions_path) if audit else None,
+        run_dir / "mining",
+    )
+    wall["mine"] = time.monotonic() - started
+
+    grpo_metrics = read_metrics(grpo.metrics_path)
+    totals = next((m for m in reversed(grpo_metrics) if "groups_total" in m), {})
+    summary = RunSummary(
+        preset=params.preset,
+        run_dir=run_dir,
+        data_hash=files_hash([*params.train_files, *params.eval_files]),
+        config_hash=key,
+        rows={name: count for name, count in gate.counts.get("file", {}).items()},
+        retrained=retrained,
+        models={"sft": sft.model_dir, "grpo": grpo.model_dir},
+        accuracy={"sft": before.metrics.accuracy, "grpo": after.metrics.accuracy},
+        zero_std=ZeroStdGroups(
+            zero=totals.get("zero_std_groups_total", 0),
+            total=totals.get("groups_total", 0),
+            changed=totals.get("calibrated_groups_total", 0),
+        ),
+        flagged_label_ambiguity=mining.ambiguity_ids,
+        flagged_label_conflict=mining.conflict_ids,
+        wall_s={stage: round(seconds, 1) for stage, seconds in wall.items()},
+    )
+    report = publish_report(summary, after.metrics, mining, grpo_metrics)
+    logger.info("%s; report: %s", summary.zero_std.line(), report)
+    return summary

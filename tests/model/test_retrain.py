@@ -1,0 +1,71 @@
+"""The main job end to end on the smoke preset: gate, train, evaluate, mine, report, cache."""
+
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from flows.retrain import RetrainParams, retrain
+from tasks.validate import DataGateFailed
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smoke_summary(prefect_harness, tmp_path_factory):
+    return retrain(RetrainParams(preset="smoke", out=tmp_path_factory.mktemp("runs")))
+
+
+def test_retrain_writes_summary_for_automation(smoke_summary):
+    summary = json.loads((smoke_summary.run_dir / "summary.json").read_text(encoding="utf-8"))
+    assert summary["retrained"] is True
+    assert sorted(summary["accuracy"]) == ["grpo", "sft"]
+    for stage in ("sft", "grpo"):
+        accuracy = summary["accuracy"][stage]
+        assert {"overall", "single", "multi", "condition_fails", "by_step"} <= set(accuracy)
+        assert 0.0 <= accuracy["overall"] <= 1.0
+    assert sorted(summary["rows"].values())[-2:] == [454, 823]
+    assert summary["zero_std"]["total"] > 0
+    assert summary["zero_std"]["zero"] <= summary["zero_std"]["total"]
+    assert set(summary["wall_s"]) >= {"data gate", "sft", "grpo", "evaluate", "mine"}
+    assert isinstance(summary["flagged_label_ambiguity"], list)
+
+
+def test_retrain_leaves_loadable_models(smoke_summary):
+    model = AutoModelForCausalLM.from_pretrained(smoke_summary.models["grpo"])
+    assert model.num_parameters() > 0
+
+
+def test_report_is_self_contained_with_plots(smoke_summary):
+    run_dir = smoke_summary.run_dir
+    for name in ("reward", "zero_std", "accuracy", "confusion"):
+        assert (run_dir / "plots" / f"{name}.png").stat().st_size > 5_000
+    html = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert html.count('src="data:image/png;base64,') == 4
+    assert "Zero std: " in html
+    markdown = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert "Tool accuracy before and after GRPO" in markdown
+    assert (run_dir / "mining" / "review_queue.csv").is_file()
+
+
+def test_unchanged_data_and_config_reuse_the_trained_models(smoke_summary):
+    again = retrain(RetrainParams(preset="smoke", out=smoke_summary.run_dir.parent))
+    assert again.retrained is False
+    assert again.run_dir != smoke_summary.run_dir
+    assert again.models == smoke_summary.models
+    assert not (again.run_dir / "sft").exists()
+    assert (again.run_dir / "report.html").is_file()
+
+
+def test_invalid_row_stops_the_flow_before_training(prefect_harness, tmp_path):
+    good = RetrainParams().train_files
+    bad = tmp_path / "bad.jsonl"
+    row = json.loads(good[0].read_text(encoding="utf-8").splitlines()[0])
+    bad.write_text(json.dumps({**row, "id": "bad-1", "tool": "teleport"}) + "\n", encoding="utf-8")
+    out = tmp_path / "runs"
+    with pytest.raises(DataGateFailed) as failed:
+        retrain(RetrainParams(preset="smoke", train_files=[*good, bad], out=out))
+    assert any(p.file.endswith("bad.jsonl") and p.line == 1 for p in failed.value.report.failures)
+    (run_dir,) = out.iterdir()
+    assert not (run_dir / "sft").exists()
+    assert "bad.jsonl:1" in (run_dir / "data_quality" / "report.md").read_text(encoding="utf-8")
