@@ -314,6 +314,13 @@ def test_miner_flags_the_planted_rows_as_label_ambiguity(model):
     assert len(flagged & planted) / len(flagged) >= 0.8  # precision
 
 
+def test_withdraw_and_check_balance_lead_the_overlapping_pairs_of_the_shipped_data():
+    """A model that follows the wording confuses only what the data itself blurs."""
+    frames = [_shipped_predictions(split, _wording_follower) for split in ("eval", "train")]
+    top = overlapping_tool_pairs(pl.concat(frames), CATALOGUE)[0]
+    assert {top.tool_a, top.tool_b} == {"withdraw", "check_balance"}
+
+
 # --- reviewed decisions → overrides ----------------------------------------------------------
 
 
