@@ -18,7 +18,7 @@ from prefect.cache_policies import CacheKeyFnPolicy
 from pydantic import BaseModel, Field
 
 from schemas.catalogue import DATA_DIR
-from tasks.evaluate import EvalSettings, evaluate_model, sample_source
+from tasks.evaluate import EvalSettings, evaluate_model
 from tasks.load import LoadedSamples, load_samples
 from tasks.mine import mine
 from tasks.report import RunSummary, ZeroStdGroups, publish_report
@@ -96,13 +96,10 @@ def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
 
 
 def evaluation_rows(frame: pl.DataFrame, max_rows: int | None) -> pl.DataFrame:
-    """Rows with the `source` slice evaluation reports (e.g. `eval/unseen_phrasing`), at most
-    `max_rows` per file (quick runs)."""
-    if max_rows is not None:
-        frame = frame.filter(pl.int_range(pl.len()).over("file") < max_rows)
-    return frame.with_columns(
-        source=pl.col("file").map_elements(lambda f: sample_source(Path(f)), return_dtype=pl.String)
-    )
+    """At most `max_rows` rows of each file (quick runs); evaluation names slices by file."""
+    if max_rows is None:
+        return frame
+    return frame.filter(pl.int_range(pl.len()).over("file") < max_rows)
 
 
 def data_gate(params: RetrainParams, run_dir: Path) -> tuple[LoadedSamples, DataReport]:
