@@ -105,6 +105,15 @@ def _progress(metrics_path: Path) -> tuple[int, int]:
     return last.get("step", 0), last.get("max_steps", 0)
 
 
+def _update_progress(artifact_id, progress: float, description: str) -> None:
+    """Best effort: a slow or unreachable Prefect API must not fail a training stage (seen
+    here: an API read timeout on a loaded 2-core box restarted a stage)."""
+    try:
+        update_progress_artifact(artifact_id, progress=progress, description=description)
+    except Exception as error:  # httpx timeouts and API errors alike
+        get_run_logger().warning("progress artifact not updated: %s", error)
+
+
 def _retry_unless_input_error(task, task_run, state) -> bool:
     """Retry a crash (it resumes from the checkpoint), not a bad config or a timeout."""
     try:
@@ -180,10 +189,8 @@ def train_stage(
             if now >= next_progress:
                 step, max_steps = _progress(metrics_path)
                 if max_steps:
-                    update_progress_artifact(
-                        artifact_id,
-                        progress=100.0 * step / max_steps,
-                        description=f"{stage}: step {step}/{max_steps}",
+                    _update_progress(
+                        artifact_id, 100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}"
                     )
                 next_progress = now + PROGRESS_INTERVAL_S
             if now >= deadline:
@@ -212,9 +219,7 @@ def train_stage(
             returncode=process.returncode,
         )
     step, max_steps = _progress(metrics_path)
-    update_progress_artifact(
-        artifact_id, progress=100.0, description=f"{stage}: done, {step}/{max_steps} steps"
-    )
+    _update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
     return StageResult(
         stage=stage,
         model_dir=stage_dir / "model",

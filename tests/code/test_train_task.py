@@ -5,11 +5,12 @@ import time
 from pathlib import Path
 
 import pytest
-from prefect import flow
+from prefect import flow, task
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.logging import disable_run_logger
 
+import tasks.train as train_module
 from tasks.train import StageFailed, stage_command, train_stage
 from training.config import CONFIG_FILENAME, load_preset
 
@@ -78,3 +79,17 @@ def test_bad_config_fails_the_task_once_with_the_childs_message(prefect_harness,
         (task_run,) = client.read_task_runs(flow_run_filter=flow_runs)
     assert task_run.state.is_failed() and task_run.run_count == 1
     assert (tmp_path / CONFIG_FILENAME).is_file()
+
+
+def test_progress_update_failure_only_warns(prefect_harness, monkeypatch):
+    def timed_out(*args, **kwargs):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(train_module, "update_progress_artifact", timed_out)
+
+    @flow
+    def report_progress() -> str:
+        task(train_module._update_progress)(None, 50.0, "sft: step 1/2")
+        return "trained on"
+
+    assert report_progress() == "trained on"
