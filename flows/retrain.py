@@ -18,7 +18,7 @@ from prefect.cache_policies import CacheKeyFnPolicy
 from pydantic import BaseModel, Field
 
 from schemas.catalogue import DATA_DIR
-from tasks.evaluate import EvalSettings, evaluate_model
+from tasks.evaluate import EvalSettings, evaluate_model, evaluation_rows
 from tasks.load import LoadedSamples, load_samples
 from tasks.mine import mine
 from tasks.report import RunSummary, ZeroStdGroups, publish_report
@@ -93,13 +93,6 @@ def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
         frame.filter(pl.col("kind") == kind).select(*CONTRACT_COLUMNS, "tool").write_ndjson(path)
         paths.append(path)
     return paths
-
-
-def evaluation_rows(frame: pl.DataFrame, max_rows: int | None) -> pl.DataFrame:
-    """At most `max_rows` rows of each file (quick runs); evaluation names slices by file."""
-    if max_rows is None:
-        return frame
-    return frame.filter(pl.int_range(pl.len()).over("file") < max_rows)
 
 
 def data_gate(params: RetrainParams, run_dir: Path) -> tuple[LoadedSamples, DataReport]:

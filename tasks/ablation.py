@@ -28,11 +28,12 @@ from tasks.evaluate import (
     EvalMetrics,
     EvalSettings,
     compute_metrics,
+    evaluation_rows,
     markdown_table,
     predict,
-    sample_source,
     write_evaluation,
 )
+from tasks.load import load_samples
 from tasks.train import train_stage
 from training.config import TrainConfig, load_preset
 from training.metrics import read_metrics
@@ -95,18 +96,12 @@ def arm_config(start: TrainConfig, arm: Scope, steps: int, eval_every: int) -> T
 
 
 def eval_samples(paths: list[Path], max_rows: int | None) -> pl.DataFrame:
-    """The held-out rows of `paths` (at most `max_rows` per file) with their `source` column."""
-    frames = []
-    for path in paths:
-        if not path.is_file():
-            raise AblationError(f"{path}: eval file not found")
-        try:
-            frame = pl.read_ndjson(path)
-        except (pl.exceptions.PolarsError, OSError) as error:
-            raise AblationError(f"{path}: not readable as JSONL ({error})") from None
-        frame = frame.head(max_rows) if max_rows is not None else frame
-        frames.append(frame.with_columns(source=pl.lit(sample_source(path))))
-    return pl.concat(frames, how="diagonal_relaxed")
+    """The held-out rows of `paths` (at most `max_rows` per file), read by the data loader."""
+    loaded = load_samples(paths)
+    if loaded.problems:
+        shown = "; ".join(str(problem) for problem in loaded.problems[:3])
+        raise AblationError(f"{len(loaded.problems)} unreadable eval rows or files: {shown}")
+    return evaluation_rows(loaded.frame, max_rows)
 
 
 class Scores(BaseModel):

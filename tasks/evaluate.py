@@ -64,6 +64,13 @@ def sample_source(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
+def evaluation_rows(frame: pl.DataFrame, max_rows: int | None) -> pl.DataFrame:
+    """At most `max_rows` rows of each file (quick runs); evaluation names slices by file."""
+    if max_rows is None:
+        return frame
+    return frame.filter(pl.int_range(pl.len()).over("file") < max_rows)
+
+
 def load_model(model_dir: Path) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """The tokenizer and model saved in `model_dir`, ready for batched decoding."""
     model_dir = Path(model_dir)

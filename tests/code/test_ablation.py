@@ -114,16 +114,20 @@ def test_group_counts_come_from_the_last_line_that_carries_them(tmp_path):
     assert group_counts(path) == GroupCounts(zero_std=5, calibrated=3, total=8)
 
 
-def test_eval_rows_carry_their_source_and_respect_the_row_cap():
+def test_eval_rows_carry_their_file_and_respect_the_row_cap():
     paths = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
     rows = eval_samples(paths, max_rows=5)
     assert rows.height == 10
-    assert set(rows["source"]) == {"eval/single_step", "eval/multistep"}
+    assert set(rows["file"]) == {str(path) for path in paths}
 
 
-def test_a_missing_eval_file_is_named_in_the_error(tmp_path):
-    with pytest.raises(AblationError, match=r"nope\.jsonl: eval file not found"):
+def test_a_missing_or_broken_eval_file_is_named_in_the_error(tmp_path):
+    with pytest.raises(AblationError, match=r"nope\.jsonl"):
         eval_samples([tmp_path / "nope.jsonl"], max_rows=None)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"id": "a"\n', encoding="utf-8")
+    with pytest.raises(AblationError, match=r"broken\.jsonl:1"):
+        eval_samples([broken], max_rows=None)
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@
 import polars as pl
 from matplotlib.figure import Figure
 
-from flows.retrain import evaluation_rows, fingerprint
-from tasks.evaluate import Headline
+from flows.retrain import fingerprint
+from tasks.evaluate import Headline, evaluation_rows
 from tasks.report import ZeroStdGroups, before_after_rows, report_html
 from training.config import load_preset
 
