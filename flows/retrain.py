@@ -17,6 +17,7 @@ from prefect import flow, get_run_logger
 from prefect.cache_policies import CacheKeyFnPolicy
 from pydantic import BaseModel, Field
 
+import training
 from schemas.catalogue import DATA_DIR
 from tasks.evaluate import EvalSettings, evaluate_model, evaluation_rows
 from tasks.load import LoadedSamples, load_samples
@@ -66,10 +67,17 @@ class RetrainParams(BaseModel):
     stage_timeout_s: float = Field(3 * 3600, gt=0, description="deadline of each training stage")
 
 
-def fingerprint(paths: list[Path], config: TrainConfig) -> str:
-    """A hash of the training rows' bytes and every config field except the data paths."""
+def training_code() -> list[Path]:
+    """The sources of what runs inside the training process (its presets included)."""
+    package = Path(training.__file__).parent
+    return sorted(path for path in package.rglob("*") if path.suffix in {".py", ".yaml"})
+
+
+def fingerprint(paths: list[Path], config: TrainConfig, code: list[Path] | None = None) -> str:
+    """A hash of the training rows' bytes, every config field except the data paths, and the
+    training code (`training_code()` by default): a changed trainer retrains, as new data does."""
     digest = hashlib.sha256()
-    for path in paths:
+    for path in [*paths, *(training_code() if code is None else code)]:
         digest.update(path.read_bytes())
     settings = config.model_dump(mode="json", exclude={"train_single_step", "train_multistep"})
     digest.update(json.dumps(settings, sort_keys=True).encode())

@@ -3,7 +3,7 @@
 import polars as pl
 from matplotlib.figure import Figure
 
-from flows.retrain import fingerprint
+from flows.retrain import fingerprint, training_code
 from tasks.evaluate import Headline, evaluation_rows
 from tasks.report import ZeroStdGroups, before_after_rows, report_html
 from training.config import load_preset
@@ -31,6 +31,17 @@ def test_fingerprint_follows_data_and_config_but_not_data_paths(tmp_path):
     assert fingerprint([rows], config.model_copy(update={"grpo_max_steps": 9})) != key
     rows.write_text('{"id": "b"}\n', encoding="utf-8")
     assert fingerprint([rows], config) != key
+
+
+def test_fingerprint_follows_the_training_code(tmp_path):
+    rows, trainer = tmp_path / "rows.jsonl", tmp_path / "trainer.py"
+    rows.write_text('{"id": "a"}\n', encoding="utf-8")
+    trainer.write_text("LEARNING_RATE = 1\n", encoding="utf-8")
+    config = load_preset("smoke")
+    key = fingerprint([rows], config, code=[trainer])
+    trainer.write_text("LEARNING_RATE = 2\n", encoding="utf-8")
+    assert fingerprint([rows], config, code=[trainer]) != key
+    assert any(path.name == "sft.py" for path in training_code())
 
 
 def test_evaluation_rows_cap_each_file():
