@@ -327,6 +327,18 @@ class Headline(BaseModel):
     condition_fails: float | None = Field(description="multi-step rows labelled `respond`")
     scenario: float | None = Field(description="multi-step scenarios with every step right")
     by_step: dict[int, float | None]
+    by_source: dict[str, float | None] = Field(
+        default_factory=dict, description="per data file, e.g. `eval/unseen_phrasing`"
+    )
+
+    def rows(self) -> dict[str, float | None]:
+        """Every number by its row name, in table order: the pooled rates, `step N`, sources."""
+        pooled = ["overall", "single", "multi", "condition_fails", "scenario"]
+        return {
+            **{name: getattr(self, name) for name in pooled},
+            **{f"step {step}": value for step, value in sorted(self.by_step.items())},
+            **self.by_source,
+        }
 
 
 class Confusion(BaseModel):
@@ -402,6 +414,10 @@ def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = Non
             int(step): _rate(frame.filter(pl.col("step") == step))
             for step in sorted(frame["step"].unique().to_list(), key=int)
         },
+        by_source={
+            source: _rate(frame.filter(pl.col("source") == source))
+            for source in sorted(frame["source"].unique().to_list())
+        },
     )
     slices = [
         metrics for name in ["overall", *_SLICE_COLUMNS] for metrics in _slice_rows(frame, name)
@@ -439,11 +455,7 @@ def metrics_tables(metrics: EvalMetrics) -> dict[str, list[dict[str, Any]]]:
     """The metrics as tables (lists of row dicts) for Prefect table artifacts and markdown."""
     headline = metrics.accuracy
     summary = [
-        {"metric": name, "accuracy": _percent(getattr(headline, name))}
-        for name in ["overall", "single", "multi", "condition_fails", "scenario"]
-    ] + [
-        {"metric": f"step {step}", "accuracy": _percent(value)}
-        for step, value in headline.by_step.items()
+        {"metric": name, "accuracy": _percent(value)} for name, value in headline.rows().items()
     ]
     slices = [
         {

@@ -27,7 +27,6 @@ from tasks.evaluate import EvalMetrics, Headline, markdown_table, metrics_tables
 from tasks.mine import MiningReport, findings_markdown
 
 PLOTS_DIR = "plots"
-HEADLINE_ROWS = ["overall", "single", "multi", "condition_fails", "scenario"]
 
 
 class ZeroStdGroups(BaseModel):
@@ -65,20 +64,13 @@ def _percent(value: float | None) -> str:
 
 
 def before_after_rows(accuracy: dict[str, Headline]) -> list[dict[str, str]]:
-    """One row per headline metric (and step), one column per stage."""
-    steps = sorted({step for h in accuracy.values() for step in h.by_step})
-    rows = [
-        {"accuracy": name, **{stage: _percent(getattr(h, name)) for stage, h in accuracy.items()}}
-        for name in HEADLINE_ROWS
+    """One row per headline number (pooled, per step, per data file), one column per stage."""
+    values = {stage: headline.rows() for stage, headline in accuracy.items()}
+    names = list(dict.fromkeys(name for rows in values.values() for name in rows))
+    return [
+        {"accuracy": name, **{stage: _percent(rows.get(name)) for stage, rows in values.items()}}
+        for name in names
     ]
-    rows += [
-        {
-            "accuracy": f"step {step}",
-            **{s: _percent(h.by_step.get(step)) for s, h in accuracy.items()},
-        }
-        for step in steps
-    ]
-    return rows
 
 
 # --- plots ---------------------------------------------------------------------------------
@@ -123,18 +115,17 @@ def plot_zero_std(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:
 
 def plot_accuracy(accuracy: dict[str, Headline], path: Path) -> Path:
     """Accuracy by slice, one bar per stage, side by side."""
-    rows = before_after_rows(accuracy)
-    names = [row["accuracy"] for row in rows]
+    values = {stage: headline.rows() for stage, headline in accuracy.items()}
+    names = list(dict.fromkeys(name for rows in values.values() for name in rows))
     x = np.arange(len(names))
     width = 0.8 / max(len(accuracy), 1)
-    fig = Figure(figsize=(8, 4))
+    fig = Figure(figsize=(10, 4.5))
     ax = fig.subplots()
-    for i, (stage, headline) in enumerate(accuracy.items()):
-        values = [getattr(headline, n) for n in HEADLINE_ROWS]
-        values += [headline.by_step.get(int(n.split()[1])) for n in names[len(HEADLINE_ROWS) :]]
-        bars = ax.bar(x + i * width, [100 * (v or 0) for v in values], width, label=stage)
+    for i, (stage, rows) in enumerate(values.items()):
+        heights = [100 * (rows.get(name) or 0) for name in names]
+        bars = ax.bar(x + i * width, heights, width, label=stage)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
-    ax.set_xticks(x + width * (len(accuracy) - 1) / 2, names, rotation=20)
+    ax.set_xticks(x + width * (len(accuracy) - 1) / 2, names, rotation=30, ha="right")
     ax.set(ylabel="tool accuracy (%)", title="Accuracy by slice, before vs after GRPO")
     ax.set_ylim(0, 110)
     ax.legend(fontsize=8)

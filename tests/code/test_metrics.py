@@ -48,6 +48,9 @@ def test_headline_accuracy_by_kind_step_and_condition_fails_branch(mixed_predict
     assert accuracy.multi == pytest.approx(4 / 5)
     assert accuracy.condition_fails == 0.0
     assert accuracy.by_step == {1: pytest.approx(5 / 7), 2: 1.0, 3: 0.0}
+    sources = set(mixed_predictions["source"]) - {"eval/unseen_phrasing"}
+    assert accuracy.by_source == {**dict.fromkeys(sources, 7 / 9), "eval/unseen_phrasing": 0.0}
+    assert list(accuracy.rows())[-2:] == sorted(accuracy.by_source)
 
 
 def test_scenario_accuracy_counts_a_scenario_only_when_every_step_is_right(mixed_predictions):

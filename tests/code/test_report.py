@@ -12,7 +12,7 @@ from training.config import load_preset
 def _headline(value: float) -> Headline:
     return Headline(
         overall=value, single=value, multi=value, condition_fails=None, scenario=value,
-        by_step={1: value, 2: value},
+        by_step={1: value, 2: value}, by_source={"eval/a": value, "eval/b": value},
     )  # fmt: skip
 
 
@@ -57,7 +57,8 @@ def test_before_after_rows_put_stages_side_by_side():
     rows = before_after_rows({"sft": _headline(0.5), "grpo": _headline(0.75)})
     assert rows[0] == {"accuracy": "overall", "sft": "50.0%", "grpo": "75.0%"}
     assert {"accuracy": "condition_fails", "sft": "–", "grpo": "–"} in rows
-    assert rows[-1]["accuracy"] == "step 2"
+    assert [row["accuracy"] for row in rows[-3:]] == ["step 2", "eval/a", "eval/b"]
+    assert rows[-1] == {"accuracy": "eval/b", "sft": "50.0%", "grpo": "75.0%"}
 
 
 def test_report_html_inlines_its_plots(tmp_path):
