@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -155,6 +156,7 @@ def ablation(params: AblationParams) -> AblationReport:
         eval_every=eval_every,
         seeds=seeds,
         eval_rows=samples.height,
+        multi_rows=samples.filter(pl.col("kind") == "multi").height,
         arms=aggregate_arms(runs),
         runs=runs,
         failed=failed,

@@ -303,6 +303,7 @@ class AblationSummary(BaseModel):
     eval_every: int
     seeds: list[int]
     eval_rows: int
+    multi_rows: int | None = Field(None, description="multi-step rows among the eval rows")
     arms: list[ArmSummary]
     runs: list[ArmRun]
     failed: list[str] = Field(default_factory=list, description="arms that did not finish")
@@ -372,29 +373,37 @@ def aggregate_arms(runs: list[ArmRun]) -> list[ArmSummary]:
 
 # --- verdict -------------------------------------------------------------------------------
 
-Outcome = Literal["better", "worse", "within spread", "unreplicated"]
+Outcome = Literal["better", "worse", "within spread", "within eval noise", "unreplicated"]
 
 
-def compare(candidate: Spread, baseline: Spread) -> Outcome:
-    """`better` / `worse` only when the seed ranges do not overlap; one seed cannot tell."""
+def eval_noise(accuracy: float, rows: int) -> float:
+    """Two standard errors of the difference between two accuracies near `accuracy`, each
+    measured on the same `rows` held-out rows (binomial): smaller gaps are not evidence."""
+    return 2 * math.sqrt(2 * accuracy * (1 - accuracy) / rows)
+
+
+def compare(candidate: Spread, baseline: Spread, rows: int | None = None) -> Outcome:
+    """`better` / `worse` only when the seed ranges do not overlap and, given the number of
+    evaluated `rows`, the gap exceeds the evaluation's sampling error; one seed cannot tell."""
     if candidate.n < 2 or baseline.n < 2:
         return "unreplicated"
-    if candidate.low > baseline.high:
-        return "better"
-    if candidate.high < baseline.low:
-        return "worse"
-    return "within spread"
+    if candidate.low <= baseline.high and candidate.high >= baseline.low:
+        return "within spread"
+    pooled = (candidate.mean + baseline.mean) / 2
+    if rows and abs(candidate.mean - baseline.mean) < eval_noise(pooled, rows):
+        return "within eval noise"
+    return "better" if candidate.low > baseline.high else "worse"
 
 
 def _points(candidate: Spread, baseline: Spread) -> float:
     return 100 * (candidate.mean - baseline.mean)
 
 
-def _versus(candidate: ArmSummary, baseline: ArmSummary) -> str:
+def _versus(candidate: ArmSummary, baseline: ArmSummary, rows: int | None) -> str:
     """One clause: how `candidate` fared against `baseline` on multi-step accuracy."""
     ours, theirs = candidate.metrics["multi"], baseline.metrics["multi"]
     points = _points(ours, theirs)
-    outcome = compare(ours, theirs)
+    outcome = compare(ours, theirs, rows)
     if outcome == "better":
         return f"{candidate.label} beat {baseline.label} by {points:.1f} points (seed ranges apart)"
     if outcome == "worse":
@@ -406,6 +415,13 @@ def _versus(candidate: ArmSummary, baseline: ArmSummary) -> str:
         return (
             f"{candidate.label} and {baseline.label} were within the seed spread of each other "
             f"({points:+.1f} points, ranges overlap)"
+        )
+    if outcome == "within eval noise":
+        noise = 100 * eval_noise((ours.mean + theirs.mean) / 2, rows or 1)
+        return (
+            f"{candidate.label} and {baseline.label} were within the evaluation's sampling error "
+            f"of each other ({points:+.1f} points; seed ranges apart, but a gap under "
+            f"{noise:.1f} points is within two standard errors on {rows} multi-step rows)"
         )
     direction = "above" if points > 0 else "below" if points < 0 else "level with"
     amount = f"{abs(points):.1f} points " if points else ""
@@ -436,10 +452,12 @@ def _start_verdict(summary: AblationSummary, start: Start) -> list[str]:
             )
         elif grpo is not None:
             share = f"; its calibration changed {_percent(changed)} of groups" if changed else ""
-            sentences.append(f"{_versus(arm, grpo)}{share}.")
+            sentences.append(f"{_versus(arm, grpo, summary.multi_rows)}{share}.")
     zero_std, everything = summary.arm(start, "zero_std"), summary.arm(start, "all")
     if zero_std is not None and everything is not None:
-        sentences.append(f"Between the scopes, {_versus(everything, zero_std)}.")
+        sentences.append(
+            f"Between the scopes, {_versus(everything, zero_std, summary.multi_rows)}."
+        )
     if grpo is not None and grpo.zero_std_share is not None:
         sentences.append(f"Under GRPO {_percent(grpo.zero_std_share)} of groups had zero std.")
     return sentences
@@ -447,7 +465,8 @@ def _start_verdict(summary: AblationSummary, start: Start) -> list[str]:
 
 def write_verdict(summary: AblationSummary) -> str:
     """One paragraph that states what the numbers support: multi-step accuracy at equal steps,
-    "beat" only where the seed ranges (min–max) do not overlap, and the calibration's reach."""
+    "beat" only where the seed ranges (min–max) do not overlap and the gap exceeds the
+    evaluation's sampling error, and the calibration's reach."""
     sentences = [s for start in summary.starts for s in _start_verdict(summary, start)]
     if summary.failed:
         sentences.append(
