@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from cyclopts import App, Parameter
 
@@ -47,14 +47,15 @@ def ablate(
     starts: str = "single_only,default",
     workers: int = 2,
     out: Path = Path("runs"),
+    set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
 ) -> int:
     """SFT vs GRPO vs NGRPO (zero-std) vs NGRPO (all), from each start, over SEEDS seeds.
 
     ARMS and STARTS are comma-separated. STEPS defaults to the preset's GRPO steps, EVAL_EVERY
-    to a third of them. Writes ablation.md / .json / .png in a new folder under OUT.
+    to a third of them; --set FIELD=VALUE overrides a training config field of every stage.
+    Writes ablation.md / .json / .png in a new folder under OUT.
     """
     from flows.ablation import parse_params, run_ablation
-    from tasks.ablation import AblationError
 
     try:
         params = parse_params(
@@ -66,8 +67,9 @@ def ablate(
             starts=[start.strip() for start in starts.split(",")],
             workers=workers,
             out=out,
+            overrides=config_overrides(set_ or []),
         )
-    except AblationError as error:
+    except ValueError as error:  # AblationError included
         print(f"ablate: {error}", file=sys.stderr)
         return 2
     report = run_ablation(params)
@@ -216,22 +218,30 @@ def apply_review(reviewed: Path, *, overrides: Path = DATA_DIR / "label_override
     return 0
 
 
-def _retrain_params(
-    preset: str, train: list[Path] | None, eval_: list[Path] | None, out: Path, set_: list[str]
-):
+def config_overrides(items: list[str]) -> dict[str, Any]:
+    """`--set FIELD=VALUE` items as training config overrides (values parsed as YAML)."""
     import yaml
 
-    from flows.retrain import RetrainParams
-
     overrides = {}
-    for item in set_:
+    for item in items:
         field, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set takes FIELD=VALUE, got {item!r}")
         overrides[field.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def _retrain_params(
+    preset: str, train: list[Path] | None, eval_: list[Path] | None, out: Path, set_: list[str]
+):
+    from flows.retrain import RetrainParams
+
     given = {"train_files": train, "eval_files": eval_}
     return RetrainParams(
-        preset=preset, out=out, config=overrides, **{k: v for k, v in given.items() if v}
+        preset=preset,
+        out=out,
+        config=config_overrides(set_),
+        **{k: v for k, v in given.items() if v},
     )
 
 

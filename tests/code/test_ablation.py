@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from flows import cli
 from flows.ablation import parse_params, run_ablation
 from schemas.catalogue import DATA_DIR
 from tasks.ablation import (
@@ -322,3 +323,24 @@ def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, 
     assert (run_dir / "single_only" / "seed-0" / "zero_std" / "eval" / "step-1").is_dir()
     assert "From the single-step-only SFT start (1 seed)" in report.verdict
     assert report.verdict in report.markdown_path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("set_", "message"),
+    [
+        (["sft_epochs"], "--set takes FIELD=VALUE"),
+        (["no_such_field=1"], "no_such_field"),
+    ],
+)
+def test_ablate_rejects_a_bad_override_before_training(tmp_path, capsys, set_, message):
+    assert cli.ablate(seeds=1, out=tmp_path, set_=set_) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_config_overrides_parse_values_as_yaml():
+    assert cli.config_overrides(["sft_epochs=17", "ngrpo_scope=all", "grpo_max_steps = 9"]) == {
+        "sft_epochs": 17,
+        "ngrpo_scope": "all",
+        "grpo_max_steps": 9,
+    }
