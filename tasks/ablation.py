@@ -97,7 +97,7 @@ def arm_config(start: TrainConfig, arm: Scope, steps: int, eval_every: int) -> T
 
 def eval_samples(paths: list[Path], max_rows: int | None) -> pl.DataFrame:
     """The held-out rows of `paths` (at most `max_rows` per file), read by the data loader."""
-    loaded = load_samples(paths)
+    loaded = load_samples.fn(paths)  # a plain read: no task run of its own
     if loaded.problems:
         shown = "; ".join(str(problem) for problem in loaded.problems[:3])
         raise AblationError(f"{len(loaded.problems)} unreadable eval rows or files: {shown}")
