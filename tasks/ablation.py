@@ -382,6 +382,10 @@ def eval_noise(accuracy: float, rows: int) -> float:
     return 2 * math.sqrt(2 * accuracy * (1 - accuracy) / rows)
 
 
+def _gap_noise(candidate: Spread, baseline: Spread, rows: int) -> float:
+    return eval_noise((candidate.mean + baseline.mean) / 2, rows)
+
+
 def compare(candidate: Spread, baseline: Spread, rows: int | None = None) -> Outcome:
     """`better` / `worse` only when the seed ranges do not overlap and, given the number of
     evaluated `rows`, the gap exceeds the evaluation's sampling error; one seed cannot tell."""
@@ -389,8 +393,7 @@ def compare(candidate: Spread, baseline: Spread, rows: int | None = None) -> Out
         return "unreplicated"
     if candidate.low <= baseline.high and candidate.high >= baseline.low:
         return "within spread"
-    pooled = (candidate.mean + baseline.mean) / 2
-    if rows and abs(candidate.mean - baseline.mean) < eval_noise(pooled, rows):
+    if rows and abs(candidate.mean - baseline.mean) < _gap_noise(candidate, baseline, rows):
         return "within eval noise"
     return "better" if candidate.low > baseline.high else "worse"
 
@@ -417,7 +420,7 @@ def _versus(candidate: ArmSummary, baseline: ArmSummary, rows: int | None) -> st
             f"({points:+.1f} points, ranges overlap)"
         )
     if outcome == "within eval noise":
-        noise = 100 * eval_noise((ours.mean + theirs.mean) / 2, rows or 1)
+        noise = 100 * _gap_noise(ours, theirs, rows or 1)
         return (
             f"{candidate.label} and {baseline.label} were within the evaluation's sampling error "
             f"of each other ({points:+.1f} points; seed ranges apart, but a gap under "

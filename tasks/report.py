@@ -63,10 +63,17 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
+def _stage_rows(
+    accuracy: dict[str, Headline],
+) -> tuple[list[str], dict[str, dict[str, float | None]]]:
+    """Every row name any stage has, in table order, and each stage's numbers by row name."""
+    values = {stage: headline.rows() for stage, headline in accuracy.items()}
+    return list(dict.fromkeys(name for rows in values.values() for name in rows)), values
+
+
 def before_after_rows(accuracy: dict[str, Headline]) -> list[dict[str, str]]:
     """One row per headline number (pooled, per step, per data file), one column per stage."""
-    values = {stage: headline.rows() for stage, headline in accuracy.items()}
-    names = list(dict.fromkeys(name for rows in values.values() for name in rows))
+    names, values = _stage_rows(accuracy)
     return [
         {"accuracy": name, **{stage: _percent(rows.get(name)) for stage, rows in values.items()}}
         for name in names
@@ -115,8 +122,7 @@ def plot_zero_std(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:
 
 def plot_accuracy(accuracy: dict[str, Headline], path: Path) -> Path:
     """Accuracy by slice, one bar per stage, side by side."""
-    values = {stage: headline.rows() for stage, headline in accuracy.items()}
-    names = list(dict.fromkeys(name for rows in values.values() for name in rows))
+    names, values = _stage_rows(accuracy)
     x = np.arange(len(names))
     width = 0.8 / max(len(accuracy), 1)
     fig = Figure(figsize=(10, 4.5))
