@@ -24,6 +24,7 @@ import polars as pl
 
 from schemas.catalogue import DATA_DIR
 from schemas.samples import (
+    CONDITIONS,
     KINDS,
     LANGS,
     MAX_PROMPT_CHARS,
@@ -88,6 +89,7 @@ class PandasSample(pap.DataFrameModel):
     prompt: str
     solution: str
     tool: str
+    condition: str = pap.Field(nullable=True)
     solution_is_object: bool
     thought: str = pap.Field(nullable=True)
     action_tool: str = pap.Field(nullable=True)
@@ -133,6 +135,19 @@ class PandasSample(pap.DataFrameModel):
         return (listed == df["step"] - 1) & (has_history == (df["step"] > 1))
 
     @pap.dataframe_check
+    def condition_known(cls, df: pd.DataFrame) -> pd.Series:
+        return df["condition"].isna() | df["condition"].isin(CONDITIONS)
+
+    @pap.dataframe_check
+    def condition_after_first_step(cls, df: pd.DataFrame) -> pd.Series:
+        return df["condition"].isna() | ((df["kind"] == "multi") & (df["step"] > 1))
+
+    @pap.dataframe_check
+    def condition_matches_tool(cls, df: pd.DataFrame) -> pd.Series:
+        matches = (df["condition"] == "fails") == (df["tool"] == "respond")
+        return ~df["condition"].isin(CONDITIONS) | matches
+
+    @pap.dataframe_check
     def solution_is_json_object(cls, df: pd.DataFrame) -> pd.Series:
         return df["solution_is_object"]
 
@@ -164,7 +179,7 @@ class PandasSample(pap.DataFrameModel):
 def synthetic_rows(rows: int, unique_solutions: bool) -> pl.DataFrame:
     """`rows` shipped rows repeated with fresh ids (and, if asked, a distinct thought each)."""
     shipped = pl.concat(
-        [pl.read_ndjson(DATA_DIR / name) for name in SHIPPED], how="vertical_relaxed"
+        [pl.read_ndjson(DATA_DIR / name) for name in SHIPPED], how="diagonal_relaxed"
     )
     repeats = -(-rows // shipped.height)
     frame = pl.concat([shipped] * repeats, rechunk=True).head(rows)

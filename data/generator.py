@@ -670,6 +670,7 @@ class Step:
     plan_now: str  # the plan entry once this step is being taken
     plan_ahead: str = ""  # as foreseen from earlier steps, when the outcome is not yet known
     observation: str = ""  # what the tool returned, shown to later steps
+    condition: str | None = None  # "holds" / "fails" on a conditional step (the row's label)
 
 
 def _say(lang: str, *, en: str, zh: str) -> str:
@@ -888,7 +889,7 @@ def _covered_balance(rng: random.Random, needed: float, ok: bool) -> int:
 
 def _branch(ok: bool, act: Step, refuse: Step, ahead: str) -> Step:
     """The conditional last step: act when the condition holds, else respond; foreseen alike."""
-    return replace(act if ok else refuse, plan_ahead=ahead)
+    return replace(act if ok else refuse, plan_ahead=ahead, condition="holds" if ok else "fails")
 
 
 def _transfer_if_enough(rng: random.Random, s: Slots, ok: bool) -> list[Step]:
@@ -1245,7 +1246,7 @@ def _row(
         history = [f"Step {i + 1}: {s.tool} → {s.observation}" for i, s in enumerate(steps[:index])]
         prompt = "\n".join([request, "", "Previous steps:", *history])
     plan = [step.plan_now, *(s.plan_ahead or s.plan_now for s in steps[index + 1 :])]
-    return {
+    row = {
         "id": row_id,
         "scenario_id": scenario_id,
         "kind": kind,
@@ -1256,6 +1257,8 @@ def _row(
         "solution": _solution(step, plan),
         "tool": step.tool,
     }
+    # Optional in the contract: only a conditional step says which branch it labels.
+    return (row | {"condition": step.condition}) if step.condition else row
 
 
 def normalise_prompt(prompt: str) -> str:

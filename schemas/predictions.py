@@ -12,6 +12,7 @@ import polars as pl
 from pandera.api.polars.model_config import BaseConfig
 
 from schemas.catalogue import Catalogue
+from schemas.samples import CONDITIONS
 
 PROBABILITY_PREFIX = "p_"
 # Probabilities are softmax outputs stored as float64; this much rounding is tolerated.
@@ -35,6 +36,9 @@ class Predictions(pa.DataFrameModel):
     source: str = pa.Field(description="the file the row came from, e.g. eval/unseen_phrasing")
     prompt: str
     label_tool: str
+    condition: str | None = pa.Field(
+        nullable=True, isin=list(CONDITIONS), description="the sample's branch, when it has one"
+    )
     predicted_tool: str = pa.Field(nullable=True, description="null when the output has no tool")
     completion: str
     parsed_ok: bool = pa.Field(description="the completion is one object of the output format")

@@ -20,6 +20,9 @@ from schemas.catalogue import Catalogue, load_catalogue
 
 KINDS = ("single", "multi")
 LANGS = ("en", "zh")
+# A conditional step's branch: the condition the request sets for acting holds (act) or fails
+# (reply with `respond` instead).
+CONDITIONS = ("holds", "fails")
 MAX_PROMPT_CHARS = 4_000
 # One executed step in a step-k prompt's history, after a blank line and `Previous steps:`.
 PREVIOUS_STEPS_HEADER = "\n\nPrevious steps:\n"
@@ -44,6 +47,7 @@ class SampleRecord(BaseModel):
     prompt: str
     solution: str
     tool: str
+    condition: str | None = None  # optional: only conditional steps carry it
 
 
 RECORD_SCHEMA = {
@@ -147,7 +151,8 @@ class Sample(pa.DataFrameModel):
     """One labelled row: a request (with any executed steps) and the next action to take.
 
     Validate a collected DataFrame: on a LazyFrame pandera checks only names and dtypes.
-    Extra columns (the loader's `file` and `line`) are allowed.
+    Extra columns (the loader's `file` and `line`) are allowed. `condition` is null on rows
+    without one (the loader always provides the column).
     """
 
     id: str
@@ -159,6 +164,7 @@ class Sample(pa.DataFrameModel):
     prompt: str
     solution: str
     tool: str
+    condition: str = pa.Field(nullable=True)
 
     @pa.dataframe_check
     def id_unique(cls, data: PolarsData) -> pl.LazyFrame:
@@ -205,6 +211,26 @@ class Sample(pa.DataFrameModel):
         return data.lazyframe.select(
             (previous_steps_listed() == step - 1) & (has_previous_steps_section() == (step > 1))
         )
+
+    @pa.dataframe_check
+    def condition_known(cls, data: PolarsData) -> pl.LazyFrame:
+        """`condition`, when given, is "holds" or "fails"."""
+        condition = pl.col("condition")
+        return data.lazyframe.select(condition.is_null() | condition.is_in(CONDITIONS))
+
+    @pa.dataframe_check
+    def condition_after_first_step(cls, data: PolarsData) -> pl.LazyFrame:
+        """A condition is only set on a multi-step row after step 1 (it is read from a result)."""
+        after_first = (pl.col("kind") == "multi") & (pl.col("step") > 1)
+        return data.lazyframe.select(pl.col("condition").is_null() | after_first)
+
+    @pa.dataframe_check
+    def condition_matches_tool(cls, data: PolarsData) -> pl.LazyFrame:
+        """A step whose condition fails replies (`respond`); one whose condition holds acts."""
+        condition = pl.col("condition")
+        replies = pl.col("tool") == "respond"
+        matches = (condition == "fails") == replies
+        return data.lazyframe.select(~condition.is_in(CONDITIONS).fill_null(False) | matches)
 
 
 class ParsedSample(Sample):
@@ -290,6 +316,15 @@ FAILURE_DETAILS: dict[str, pl.Expr] = {
     .when(pl.col("step") > 1)
     .then(pl.format("step {} has no `Previous steps:` section", pl.col("step")))
     .otherwise(pl.lit("step 1 has a `Previous steps:` section (expected none)")),
+    "condition_known": pl.format(
+        'condition is "{}" (expected "holds", "fails" or none)', pl.col("condition")
+    ),
+    "condition_after_first_step": pl.format(
+        "condition on a {} row at step {}", pl.col("kind"), pl.col("step")
+    ),
+    "condition_matches_tool": pl.format(
+        'condition "{}" with tool "{}"', pl.col("condition"), pl.col("tool")
+    ),
     "solution_is_json_object": pl.lit("solution is not a JSON object"),
     "solution_has_thought": pl.lit("solution has no non-empty string `thought`"),
     "solution_has_action_tool": pl.lit("solution has no non-empty string `action.tool`"),

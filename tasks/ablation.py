@@ -56,6 +56,7 @@ METRICS = {
     "single": "single-step",
     "overall": "overall",
     "condition_fails": "condition fails",
+    "condition_holds": "condition holds",
     "json_valid": "JSON valid",
 }
 
@@ -112,6 +113,7 @@ class Scores(BaseModel):
     single: float | None
     overall: float | None
     condition_fails: float | None
+    condition_holds: float | None
     json_valid: float | None
 
 
@@ -125,6 +127,7 @@ def scores_of(metrics: EvalMetrics, step: int) -> Scores:
         single=headline.single,
         overall=headline.overall,
         condition_fails=headline.condition_fails,
+        condition_holds=headline.condition_holds,
         json_valid=overall.json_valid,
     )
 

@@ -2,7 +2,7 @@
 
 `predict` turns a model directory and sample rows into the predictions frame
 (`schemas.predictions.Predictions`); `compute_metrics` turns that frame into `EvalMetrics`
-(accuracy by kind, step, tool, language, file, the condition-fails branch, scenarios, format
+(accuracy by kind, step, tool, language, file, the condition branches, scenarios, format
 checks, confusion matrix); `metrics_markdown` / `metrics_tables` render them for reports.
 """
 
@@ -38,6 +38,7 @@ MAX_TORCH_THREADS = 2
 # Where the action slot starts in the model's own output: `"tool": "`.
 _TOOL_SLOT = re.compile(r'"tool"\s*:\s*"')
 UNPARSED = "(none)"
+_NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 SAMPLE_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "source", "prompt"]
 
 
@@ -291,6 +292,7 @@ def predict(
                 pl.col(["kind", "lang", "prompt"]),
                 pl.col(["step", "n_steps"]).cast(pl.Int64),
                 pl.col("tool").alias("label_tool"),
+                pl.col("condition") if "condition" in samples.columns else _NO_CONDITION,
             ),
             pl.DataFrame(checks, schema_overrides={"predicted_tool": pl.String}),
             pl.DataFrame({"completion": completions}, schema={"completion": pl.String}),
@@ -324,7 +326,12 @@ class Headline(BaseModel):
     overall: float | None
     single: float | None
     multi: float | None
-    condition_fails: float | None = Field(description="multi-step rows labelled `respond`")
+    condition_fails: float | None = Field(
+        description="conditional steps whose condition fails (reply instead of acting)"
+    )
+    condition_holds: float | None = Field(
+        description="conditional steps whose condition holds (act); needs `condition` labels"
+    )
     scenario: float | None = Field(description="multi-step scenarios with every step right")
     by_step: dict[int, float | None]
     by_source: dict[str, float | None] = Field(
@@ -333,7 +340,7 @@ class Headline(BaseModel):
 
     def rows(self) -> dict[str, float | None]:
         """Every number by its row name, in table order: the pooled rates, `step N`, sources."""
-        pooled = ["overall", "single", "multi", "condition_fails", "scenario"]
+        pooled = ["overall", "single", "multi", "condition_fails", "condition_holds", "scenario"]
         return {
             **{name: getattr(self, name) for name in pooled},
             **{f"step {step}": value for step, value in sorted(self.by_step.items())},
@@ -374,11 +381,26 @@ _RATES = {
 _SLICE_COLUMNS = ["kind", "step", "lang", "label_tool", "source", "branch"]
 
 
+def _branch() -> pl.Expr:
+    """`condition_holds` / `condition_fails` from a row's `condition` label; without one, a
+    multi-step reply counts as the condition failing (the only branch a label alone shows)."""
+    condition = pl.col("condition")
+    replies = (pl.col("kind") == "multi") & (pl.col("label_tool") == "respond")
+    return (
+        pl.when(condition == "holds")
+        .then(pl.lit("condition_holds"))
+        .when((condition == "fails") | (condition.is_null() & replies))
+        .then(pl.lit("condition_fails"))
+        .otherwise(None)
+    )
+
+
 def _with_outcome(predictions: pl.DataFrame) -> pl.DataFrame:
-    condition_fails = (pl.col("kind") == "multi") & (pl.col("label_tool") == "respond")
+    if "condition" not in predictions.columns:  # written before the contract had conditions
+        predictions = predictions.with_columns(_NO_CONDITION)
     return predictions.with_columns(
         correct=(pl.col("predicted_tool") == pl.col("label_tool")).fill_null(False),
-        branch=pl.when(condition_fails).then(pl.lit("condition_fails")).otherwise(None),
+        branch=_branch(),
         step=pl.col("step").cast(pl.String),
     )
 
@@ -409,6 +431,7 @@ def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = Non
         single=_rate(frame.filter(pl.col("kind") == "single")),
         multi=_rate(multi),
         condition_fails=_rate(frame.filter(pl.col("branch") == "condition_fails")),
+        condition_holds=_rate(frame.filter(pl.col("branch") == "condition_holds")),
         scenario=_rate(scenarios),
         by_step={
             int(step): _rate(frame.filter(pl.col("step") == step))

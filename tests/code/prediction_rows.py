@@ -38,9 +38,11 @@ def prediction_row(
     params_exact: bool | None = None,
     consistent: bool = True,
     params: dict[str, Any] | None = None,
+    condition: str | None = None,
 ) -> dict[str, Any]:
     """One predictions row; `predicted` defaults to the label (a right answer) and gets
-    `confidence` of the probability mass, the rest spread over the other tools."""
+    `confidence` of the probability mass, the rest spread over the other tools. Without a
+    `condition` the row has no such column, as predictions written before the label."""
     predicted = label if predicted is None else predicted
     ok = predicted in CATALOGUE.names
     names = CATALOGUE.names
@@ -66,6 +68,7 @@ def prediction_row(
         "params_valid": ok if params_valid is None else params_valid,
         "params_exact": (ok and predicted == label) if params_exact is None else params_exact,
         "consistent": consistent,
+        **({"condition": condition} if condition else {}),
         **probabilities,
     }
 

@@ -38,6 +38,7 @@ def _scores(step: int, multi: float, single: float = 0.9) -> Scores:
         single=single,
         overall=(multi + single) / 2,
         condition_fails=None,
+        condition_holds=None,
         json_valid=1.0,
     )
 
@@ -170,6 +171,7 @@ def test_aggregation_reports_mean_and_range_across_seeds_at_each_step():
     changed = ngrpo.calibrated_share
     assert (changed.mean, changed.low, changed.high) == (pytest.approx(0.3), 0.2, 0.4)
     assert ngrpo.metrics["condition_fails"] is None  # no such rows: no number invented
+    assert ngrpo.metrics["condition_holds"] is None
 
 
 def test_curve_keeps_only_steps_every_seed_evaluated():

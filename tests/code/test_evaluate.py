@@ -43,7 +43,7 @@ def _shipped_rows(n_per_file: int) -> pl.DataFrame:
         pl.read_ndjson(path).head(n_per_file).with_columns(source=pl.lit(sample_source(path)))
         for path in sorted((DATA_DIR / "eval").glob("*.jsonl"))
     ]
-    return pl.concat(frames)
+    return pl.concat(frames, how="diagonal")  # only conditional steps have a `condition`
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +188,7 @@ def test_random_model_output_is_evaluated_without_crashing(random_model_dir):
 
     assert predictions["id"].to_list() == samples["id"].to_list()
     assert predictions["label_tool"].to_list() == samples["tool"].to_list()
+    assert predictions["condition"].to_list() == samples["condition"].to_list()
     sums = predictions.select(pl.sum_horizontal(probability_columns(CATALOGUE))).to_series()
     assert np.allclose(sums.to_numpy(), 1.0)
 

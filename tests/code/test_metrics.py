@@ -46,11 +46,29 @@ def test_headline_accuracy_by_kind_step_and_condition_fails_branch(mixed_predict
     assert accuracy.overall == pytest.approx(7 / 10)
     assert accuracy.single == pytest.approx(3 / 5)
     assert accuracy.multi == pytest.approx(4 / 5)
-    assert accuracy.condition_fails == 0.0
+    assert accuracy.condition_fails == 0.0  # no `condition` labels: the multi-step reply
+    assert accuracy.condition_holds is None  # ... and the holds branch cannot be told apart
     assert accuracy.by_step == {1: pytest.approx(5 / 7), 2: 1.0, 3: 0.0}
     sources = set(mixed_predictions["source"]) - {"eval/unseen_phrasing"}
     assert accuracy.by_source == {**dict.fromkeys(sources, 7 / 9), "eval/unseen_phrasing": 0.0}
     assert list(accuracy.rows())[-2:] == sorted(accuracy.by_source)
+
+
+def test_condition_labels_report_both_branches():
+    conditional = {"kind": "multi", "step": 2}
+    frame = predictions_frame(
+        [
+            prediction_row("h1", "transfer_funds", condition="holds", **conditional),
+            prediction_row("h2", "withdraw", "respond", condition="holds", **conditional),
+            prediction_row("f1", "respond", condition="fails", **conditional),
+            prediction_row("s1", "check_balance"),
+        ]
+    )
+    metrics = compute_metrics(frame)
+
+    assert (metrics.accuracy.condition_holds, metrics.accuracy.condition_fails) == (0.5, 1.0)
+    assert _slice(metrics, "branch", "condition_holds").n == 2
+    assert list(metrics.accuracy.rows())[3:5] == ["condition_fails", "condition_holds"]
 
 
 def test_scenario_accuracy_counts_a_scenario_only_when_every_step_is_right(mixed_predictions):

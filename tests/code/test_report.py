@@ -11,8 +11,8 @@ from training.config import load_preset
 
 def _headline(value: float) -> Headline:
     return Headline(
-        overall=value, single=value, multi=value, condition_fails=None, scenario=value,
-        by_step={1: value, 2: value}, by_source={"eval/a": value, "eval/b": value},
+        overall=value, single=value, multi=value, condition_fails=None, condition_holds=None,
+        scenario=value, by_step={1: value, 2: value}, by_source={"eval/a": value, "eval/b": value},
     )  # fmt: skip
 
 

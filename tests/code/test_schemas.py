@@ -132,6 +132,18 @@ VIOLATIONS = [
             "solution": solution("place_order", {"symbol": "AAPL", "side": "hold", "quantity": 1}),
         },
     ),
+    Violation("condition_known", {**MULTI_STEP_2, "condition": "maybe"}),
+    Violation("condition_after_first_step", {**SINGLE, "id": "x", "condition": "holds"}),
+    Violation("condition_matches_tool", {**MULTI_STEP_2, "condition": "fails"}),
+    Violation(
+        "condition_matches_tool",
+        {
+            **MULTI_STEP_2,
+            "condition": "holds",
+            "tool": "respond",
+            "solution": solution("respond", {"message": "余额不足。"}),
+        },
+    ),
     Violation("prompt_not_empty", {**SINGLE, "id": "x", "prompt": " \n "}),
     Violation("prompt_within_length", {**SINGLE, "id": "x", "prompt": "a" * 4_001}),
     Violation(
@@ -166,7 +178,7 @@ def test_violating_row_is_reported_with_its_line_and_check(tmp_path, violation):
 
 
 def test_valid_single_and_multi_step_rows_pass(tmp_path):
-    report = validate_rows(tmp_path, [SINGLE, MULTI_STEP_2])
+    report = validate_rows(tmp_path, [SINGLE, {**MULTI_STEP_2, "condition": "holds"}])
     assert report.failures == []
     assert report.ok
     assert (report.valid_rows, report.invalid_rows) == (2, 0)

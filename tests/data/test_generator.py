@@ -96,7 +96,7 @@ def test_eval_files_are_about_a_fifth_of_train(shipped):
 
 def test_rows_follow_the_contract_key_order_and_kinds(all_rows):
     for row in all_rows:
-        assert list(row) == ROW_KEYS, row["id"]
+        assert list(row) in (ROW_KEYS, [*ROW_KEYS, "condition"]), row["id"]
         assert row["kind"] in ("single", "multi") and row["lang"] in ("en", "zh")
         if row["kind"] == "single":
             assert row["step"] == row["n_steps"] == 1, row["id"]
@@ -217,6 +217,18 @@ def test_condition_fails_branch_is_common_in_conditional_scenarios(dataset):
         ]
         fails = sum(row["tool"] == "respond" for row in last_steps) / len(last_steps)
         assert 0.3 <= fails <= 0.6, (name, fails)
+
+
+def test_exactly_the_conditional_last_steps_say_which_branch_they_label(dataset):
+    for name, rows in dataset.files.items():
+        for row in rows:
+            pattern = dataset.template_of[row["id"]].split(".")[0]
+            conditional = pattern in PATTERNS and PATTERNS[pattern].conditional
+            if conditional and row["step"] == row["n_steps"]:
+                expected = "fails" if row["tool"] == "respond" else "holds"
+                assert row.get("condition") == expected, (name, row["id"])
+            else:
+                assert "condition" not in row, (name, row["id"])
 
 
 def test_planted_ambiguity_rows_are_withdraw_requests_labelled_check_balance(shipped, dataset):
