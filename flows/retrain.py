@@ -35,7 +35,19 @@ from tasks.validate import (
 from training.config import TrainConfig, load_preset
 from training.metrics import read_metrics
 
-CONTRACT_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "prompt", "solution"]
+# What a training stage reads of a row, and all the training cache key sees: a label training
+# never reads (`condition`) does not retrain.
+TRAINING_COLUMNS = [
+    "id",
+    "scenario_id",
+    "kind",
+    "lang",
+    "step",
+    "n_steps",
+    "prompt",
+    "solution",
+    "tool",
+]
 TRAIN_FILES = {"single": "single_step.jsonl", "multi": "multistep.jsonl"}
 
 
@@ -98,7 +110,7 @@ def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
     paths = []
     for kind, name in TRAIN_FILES.items():
         path = data_dir / name
-        frame.filter(pl.col("kind") == kind).select(*CONTRACT_COLUMNS, "tool").write_ndjson(path)
+        frame.filter(pl.col("kind") == kind).select(TRAINING_COLUMNS).write_ndjson(path)
         paths.append(path)
     return paths
 
