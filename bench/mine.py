@@ -20,10 +20,11 @@ from pathlib import Path
 import cyclopts
 import polars as pl
 
-from schemas.catalogue import DATA_DIR, load_catalogue
-from tasks.evaluate import EvalSettings, predict
-from tasks.load import load_samples
-from tasks.mine import mine_errors, ranked_label_issues
+from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.catalogue import load_catalogue
+from toolgrpo.tasks.evaluate import EvalSettings, predict
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.mine import mine_errors, ranked_label_issues
 
 app = cyclopts.App(help=__doc__)
 

@@ -27,9 +27,10 @@ from unittest import mock
 import cyclopts
 import torch
 
-import training.ngrpo
-from schemas.catalogue import DATA_DIR, load_catalogue
-from training.rewards import COMPONENT_REWARDS, ground_truth_reward
+import toolgrpo.training.ngrpo
+from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.catalogue import load_catalogue
+from toolgrpo.training.rewards import COMPONENT_REWARDS, ground_truth_reward
 
 CATALOGUE = load_catalogue()
 
@@ -221,9 +222,9 @@ def grpo_step_share(
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.chat import chat_prompt
-    from training.model import build_tiny
-    from training.ngrpo import NGRPOConfig, NGRPOTrainer
+    from toolgrpo.training.chat import chat_prompt
+    from toolgrpo.training.model import build_tiny
+    from toolgrpo.training.ngrpo import NGRPOConfig, NGRPOTrainer
 
     torch.set_num_threads(2)
     rows = labelled_rows()
@@ -271,14 +272,14 @@ def grpo_step_share(
         )
         with (
             mock.patch.object(
-                training.ngrpo,
+                toolgrpo.training.ngrpo,
                 "ngrpo_advantages",
-                watch.wrap("calibration", training.ngrpo.ngrpo_advantages),
+                watch.wrap("calibration", toolgrpo.training.ngrpo.ngrpo_advantages),
             ),
             mock.patch.object(
-                training.ngrpo,
+                toolgrpo.training.ngrpo,
                 "zero_std_groups",
-                watch.wrap("calibration", training.ngrpo.zero_std_groups),
+                watch.wrap("calibration", toolgrpo.training.ngrpo.zero_std_groups),
             ),
         ):
             trainer.train()

@@ -25,10 +25,10 @@ from torch.profiler import ProfilerActivity, profile
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTTrainer
 
-from training.chat import chat_prompt
-from training.config import load_preset
-from training.samples import sft_rows
-from training.sft import initial_model, sft_config
+from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.config import load_preset
+from toolgrpo.training.samples import sft_rows
+from toolgrpo.training.sft import initial_model, sft_config
 
 # Packed rows per batch: about the preset's 16 rows × ~150 tokens, so every mode sees the same
 # tokens per optimizer step.

@@ -22,8 +22,8 @@ import pandera.errors
 import pandera.pandas as pap
 import polars as pl
 
-from schemas.catalogue import DATA_DIR
-from schemas.samples import (
+from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.samples import (
     CONDITIONS,
     KINDS,
     LANGS,

@@ -1,1 +1,6 @@
-"""The shipped dataset, the tool catalogue and the generator that makes them."""
+"""The shipped dataset and tool catalogue (data only; `toolgrpo.generator` builds the rows)."""
+
+from pathlib import Path
+
+# The folder itself, in a checkout and in an installed package alike.
+DATA_DIR = Path(__file__).resolve().parent

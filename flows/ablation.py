@@ -18,8 +18,8 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas.catalogue import DATA_DIR
-from tasks.ablation import (
+from toolgrpo.data import DATA_DIR
+from toolgrpo.tasks.ablation import (
     ARMS,
     STARTS,
     AblationError,
@@ -34,10 +34,10 @@ from tasks.ablation import (
     train_arm,
     train_start,
 )
-from tasks.evaluate import MAX_TORCH_THREADS, EvalSettings
-from tasks.runs import new_run_dir
-from training.config import ConfigError, load_preset
-from training.ngrpo import Scope
+from toolgrpo.tasks.evaluate import MAX_TORCH_THREADS, EvalSettings
+from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.training.config import ConfigError, load_preset
+from toolgrpo.training.ngrpo import Scope
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from cyclopts import App, Parameter
 
-from schemas.catalogue import DATA_DIR
+from toolgrpo.data import DATA_DIR
 
 # The temporary Prefect server can take longer than the 20 s default on a busy 2-core box.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -23,7 +23,7 @@ app.command(data_app)
 @data_app.command
 def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
     """Regenerate the shipped dataset under OUT from SEED (byte-identical for the same seed)."""
-    from data.generator import build_dataset, write_dataset
+    from toolgrpo.generator.build import build_dataset, write_dataset
 
     dataset = build_dataset(seed)
     try:
@@ -55,7 +55,7 @@ def ablate(
     to a third of them; --set FIELD=VALUE overrides a training config field of every stage.
     Writes ablation.md / .json / .png in a new folder under OUT.
     """
-    from flows.ablation import parse_params, run_ablation
+    from toolgrpo.flows.ablation import parse_params, run_ablation
 
     try:
         params = parse_params(
@@ -89,7 +89,7 @@ def validate(*files: Path, out: Path = Path("runs"), overrides: Path | None = No
     """
     import logging
 
-    from flows.data_quality import data_quality
+    from toolgrpo.flows.data_quality import data_quality
 
     missing = [path for path in [*files, overrides] if path is not None and not path.is_file()]
     if not files or missing:
@@ -131,8 +131,8 @@ def evaluate(
     """
     from pydantic import ValidationError
 
-    from schemas.predictions import PredictionsError
-    from tasks.evaluate import (
+    from toolgrpo.schemas.predictions import PredictionsError
+    from toolgrpo.tasks.evaluate import (
         EvalSettings,
         EvaluationError,
         compute_metrics,
@@ -140,8 +140,8 @@ def evaluate(
         predict,
         write_evaluation,
     )
-    from tasks.load import load_samples
-    from tasks.runs import new_run_dir
+    from toolgrpo.tasks.load import load_samples
+    from toolgrpo.tasks.runs import new_run_dir
 
     loaded = load_samples.fn(data, overrides)
     for problem in loaded.problems:
@@ -177,10 +177,10 @@ def mine(*, predictions: Path, audit: Path | None = None, out: Path = Path("runs
     """
     import polars as pl
 
-    from schemas.catalogue import load_catalogue
-    from schemas.predictions import PredictionsError, validate_predictions
-    from tasks.mine import findings_markdown, mine_errors, write_mining
-    from tasks.runs import new_run_dir
+    from toolgrpo.schemas.catalogue import load_catalogue
+    from toolgrpo.schemas.predictions import PredictionsError, validate_predictions
+    from toolgrpo.tasks.mine import findings_markdown, mine_errors, write_mining
+    from toolgrpo.tasks.runs import new_run_dir
 
     catalogue = load_catalogue()
     frames = []
@@ -206,7 +206,7 @@ def apply_review(reviewed: Path, *, overrides: Path = DATA_DIR / "label_override
 
     Exit 0: written; 2: the file is missing or a decision is unusable (file:line says which).
     """
-    from tasks.mine import ReviewError, overrides_from_review, write_label_overrides
+    from toolgrpo.tasks.mine import ReviewError, overrides_from_review, write_label_overrides
 
     try:
         decisions = overrides_from_review(reviewed)
@@ -234,7 +234,7 @@ def config_overrides(items: list[str]) -> dict[str, Any]:
 def _retrain_params(
     preset: str, train: list[Path] | None, eval_: list[Path] | None, out: Path, set_: list[str]
 ):
-    from flows.retrain import RetrainParams
+    from toolgrpo.flows.retrain import RetrainParams
 
     given = {"train_files": train, "eval_files": eval_}
     return RetrainParams(
@@ -264,12 +264,12 @@ def run(
     """
     from pydantic import ValidationError
 
-    from flows.retrain import retrain
-    from tasks.evaluate import markdown_table
-    from tasks.report import before_after_rows
-    from tasks.train import StageFailed
-    from tasks.validate import DataGateFailed
-    from training.config import ConfigError
+    from toolgrpo.flows.retrain import retrain
+    from toolgrpo.tasks.evaluate import markdown_table
+    from toolgrpo.tasks.report import before_after_rows
+    from toolgrpo.tasks.train import StageFailed
+    from toolgrpo.tasks.validate import DataGateFailed
+    from toolgrpo.training.config import ConfigError
 
     missing = [p for p in [*(train or []), *(eval_ or [])] if not p.is_file()]
     if missing:
@@ -301,8 +301,8 @@ def serve(*, preset: Literal["smoke", "cpu", "gpu"] = "cpu", out: Path = Path("r
 
     Point PREFECT_API_URL at a running `prefect server start` to watch them in the UI.
     """
-    from flows.deployments import serve_deployments
-    from flows.retrain import RetrainParams
+    from toolgrpo.flows.deployments import serve_deployments
+    from toolgrpo.flows.retrain import RetrainParams
 
     serve_deployments(RetrainParams(preset=preset, out=out))
     return 0

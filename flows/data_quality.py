@@ -6,9 +6,14 @@ from pathlib import Path
 
 from prefect import flow
 
-from tasks.load import load_samples
-from tasks.runs import new_run_dir
-from tasks.validate import DataReport, publish_data_report, summarise_samples, validate_samples
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.tasks.validate import (
+    DataReport,
+    publish_data_report,
+    summarise_samples,
+    validate_samples,
+)
 
 
 @flow(name="data-quality")

@@ -9,8 +9,8 @@ from __future__ import annotations
 from prefect import serve
 from prefect.deployments.runner import RunnerDeployment
 
-from flows.data_quality import data_quality
-from flows.retrain import RetrainParams, retrain
+from toolgrpo.flows.data_quality import data_quality
+from toolgrpo.flows.retrain import RetrainParams, retrain
 
 NIGHTLY_CRON = "0 2 * * *"  # 02:00 every night; unchanged data hits the training cache
 DATA_QUALITY_INTERVAL_S = 3600

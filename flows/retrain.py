@@ -17,23 +17,23 @@ from prefect import flow, get_run_logger
 from prefect.cache_policies import CacheKeyFnPolicy
 from pydantic import BaseModel, Field
 
-import training
-from schemas.catalogue import DATA_DIR
-from tasks.evaluate import EvalSettings, evaluate_model, evaluation_rows
-from tasks.load import LoadedSamples, load_samples
-from tasks.mine import mine
-from tasks.report import RunSummary, ZeroStdGroups, publish_report
-from tasks.runs import new_run_dir
-from tasks.train import StageResult, train_stage
-from tasks.validate import (
+from toolgrpo import training
+from toolgrpo.data import DATA_DIR
+from toolgrpo.tasks.evaluate import EvalSettings, evaluate_model, evaluation_rows
+from toolgrpo.tasks.load import LoadedSamples, load_samples
+from toolgrpo.tasks.mine import mine
+from toolgrpo.tasks.report import RunSummary, ZeroStdGroups, publish_report
+from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.tasks.train import StageResult, train_stage
+from toolgrpo.tasks.validate import (
     DataReport,
     enforce_data_gate,
     publish_data_report,
     summarise_samples,
     validate_samples,
 )
-from training.config import TrainConfig, load_preset
-from training.metrics import read_metrics
+from toolgrpo.training.config import TrainConfig, load_preset
+from toolgrpo.training.metrics import read_metrics
 
 # What a training stage reads of a row, and all the training cache key sees: a label training
 # never reads (`condition`) does not retrain.

@@ -10,8 +10,8 @@ from typing import Any
 import fastjsonschema
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = REPO_ROOT / "data"
+from toolgrpo.data import DATA_DIR
+
 DEFAULT_CATALOGUE = DATA_DIR / "tools.json"
 
 

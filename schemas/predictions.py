@@ -11,8 +11,8 @@ import pandera.polars as pa
 import polars as pl
 from pandera.api.polars.model_config import BaseConfig
 
-from schemas.catalogue import Catalogue
-from schemas.samples import CONDITIONS
+from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.samples import CONDITIONS
 
 PROBABILITY_PREFIX = "p_"
 # Probabilities are softmax outputs stored as float64; this much rounding is tolerated.

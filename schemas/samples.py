@@ -16,7 +16,7 @@ import polars as pl
 from pandera.polars import PolarsData
 from pydantic import BaseModel, ConfigDict
 
-from schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
 
 KINDS = ("single", "multi")
 LANGS = ("en", "zh")

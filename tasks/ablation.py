@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from tasks.evaluate import (
+from toolgrpo.tasks.evaluate import (
     EvalMetrics,
     EvalSettings,
     compute_metrics,
@@ -33,11 +33,11 @@ from tasks.evaluate import (
     predict,
     write_evaluation,
 )
-from tasks.load import load_samples
-from tasks.train import train_stage
-from training.config import TrainConfig, load_preset
-from training.metrics import read_metrics
-from training.ngrpo import Scope
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.train import train_stage
+from toolgrpo.training.config import TrainConfig, load_preset
+from toolgrpo.training.metrics import read_metrics
+from toolgrpo.training.ngrpo import Scope
 
 Start = Literal["single_only", "default"]
 STARTS: tuple[Start, ...] = ("single_only", "default")

@@ -27,11 +27,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from schemas.catalogue import Catalogue, load_catalogue
-from schemas.completion import Completion, first_json_object
-from schemas.predictions import probability_columns, validate_predictions
-from training.chat import chat_prompt
-from training.rewards import thought_action_consistent
+from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.completion import Completion, first_json_object
+from toolgrpo.schemas.predictions import probability_columns, validate_predictions
+from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.rewards import thought_action_consistent
 
 # The machine has 2 cores shared by everyone; evaluation never takes more.
 MAX_TORCH_THREADS = 2

@@ -17,7 +17,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from schemas.samples import RECORD_SCHEMA, SampleRecord, catalogue
+from toolgrpo.schemas.samples import RECORD_SCHEMA, SampleRecord, catalogue
 
 # The names of the checks that run while reading, as they appear in reports.
 FILE_EXISTS = "file_exists"

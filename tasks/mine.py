@@ -38,11 +38,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.catalogue import Catalogue, load_catalogue
-from schemas.completion import first_json_object
-from schemas.predictions import probability_columns
-from schemas.samples import PREVIOUS_STEPS_HEADER, normalised_prompt
-from tasks.load import LabelOverride
+from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.completion import first_json_object
+from toolgrpo.schemas.predictions import probability_columns
+from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER, normalised_prompt
+from toolgrpo.tasks.load import LabelOverride
 
 # The model is "confident" in a tool it was not taught when it gives it at least this probability.
 CONFIDENT = 0.9
@@ -453,7 +453,7 @@ def review_queue(report: MiningReport) -> pl.DataFrame:
 
 def findings_markdown(report: MiningReport, top: int = 20) -> str:
     """The mining report as markdown: counts, accuracy with/without flagged rows, pairs, queue."""
-    from tasks.evaluate import markdown_table
+    from toolgrpo.tasks.evaluate import markdown_table
 
     def percent(value: float | None) -> str:
         return "–" if value is None else f"{100 * value:.1f}%"

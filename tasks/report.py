@@ -23,8 +23,8 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from tasks.evaluate import EvalMetrics, Headline, markdown_table, metrics_tables
-from tasks.mine import MiningReport, findings_markdown
+from toolgrpo.tasks.evaluate import EvalMetrics, Headline, markdown_table, metrics_tables
+from toolgrpo.tasks.mine import MiningReport, findings_markdown
 
 PLOTS_DIR = "plots"
 

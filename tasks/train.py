@@ -1,11 +1,12 @@
 """Train one stage (SFT or GRPO) in its own process, watched from a Prefect task.
 
-The stage runs as `python -m training …` (one process) or `accelerate launch -m training …`
-(several processes or GPUs), so a crash there cannot take the flow down and the same task drives
-a CPU, a GPU or many. The task streams the child's output into the run log, turns the metrics
-file into a progress artifact, enforces its own deadline (Prefect's timeouts cannot interrupt a
-blocking call) by killing the child's process group, and raises with the last lines of output
-when the child fails. Running the task again — or a Prefect retry — resumes from the checkpoint.
+The stage runs as `python -m toolgrpo.training …` (one process) or `accelerate launch -m
+toolgrpo.training …` (several processes or GPUs), so a crash there cannot take the flow down and
+the same task drives a CPU, a GPU or many. The task streams the child's output into the run log,
+turns the metrics file into a progress artifact, enforces its own deadline (Prefect's timeouts
+cannot interrupt a blocking call) by killing the child's process group, and raises with the last
+lines of output when the child fails. Running the task again — or a Prefect retry — resumes from
+the checkpoint.
 """
 
 from __future__ import annotations
@@ -26,16 +27,16 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from training.config import CONFIG_FILENAME, TrainConfig
-from training.metrics import METRICS_FILENAME, read_metrics
-from training.stage import checkpoint_step, last_checkpoint
+from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
+from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
+from toolgrpo.training.stage import checkpoint_step, last_checkpoint
 
 Stage = Literal["sft", "grpo"]
 TAIL_LINES = 30
 PROGRESS_INTERVAL_S = 5.0
 KILL_GRACE_S = 10.0
-# Exit status of `python -m training` for unusable input (bad config, missing data): retrying
-# cannot help.
+# Exit status of `python -m toolgrpo.training` for unusable input (bad config, missing data):
+# retrying cannot help.
 INPUT_ERROR_STATUS = 2
 
 
@@ -67,9 +68,9 @@ def stage_command(
         launcher = [sys.executable, "-m", "accelerate.commands.launch"]
         launcher += ["--num_processes", str(config.num_processes)]
         launcher += ["--mixed_precision", "bf16" if config.bf16 else "no"]
-        launcher += ["-m", "training"]
+        launcher += ["-m", "toolgrpo.training"]
     else:
-        launcher = [sys.executable, "-m", "training"]
+        launcher = [sys.executable, "-m", "toolgrpo.training"]
     command = [*launcher, stage, "--run-dir", str(run_dir)]
     return [*command, "--init", str(init_dir)] if init_dir is not None else command
 

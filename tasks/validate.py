@@ -19,7 +19,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from schemas.samples import (
+from toolgrpo.schemas.samples import (
     FAILURE_DETAILS,
     ParsedSample,
     check_names,
@@ -27,7 +27,7 @@ from schemas.samples import (
     normalised_prompt,
     parse_solution,
 )
-from tasks.load import LOAD_CHECK_RULES, AppliedOverride, LoadedSamples, Problem
+from toolgrpo.tasks.load import LOAD_CHECK_RULES, AppliedOverride, LoadedSamples, Problem
 
 COUNT_DIMENSIONS = ("file", "kind", "lang", "tool", "step")
 # Beyond this, the markdown and the Prefect table show the first rows; the CSV has them all.

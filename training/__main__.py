@@ -1,8 +1,9 @@
-"""`python -m training {sft,grpo} --run-dir DIR [--preset NAME | --config FILE] [--init DIR]`.
+"""`python -m toolgrpo.training {sft,grpo} --run-dir DIR [--preset NAME | --config FILE]`.
 
-The process a Prefect task (or `accelerate launch -m training`) starts: it reads the run folder's
-config (or writes the one given), trains one stage there and resumes from its last checkpoint.
-Problems with the input exit with status 2 and one line on stderr, not a traceback.
+The process a Prefect task (or `accelerate launch -m toolgrpo.training`) starts (GRPO also takes
+`--init DIR`): it reads the run folder's config (or writes the one given), trains one stage
+there and resumes from its last checkpoint. Problems with the input exit with status 2 and one
+line on stderr, not a traceback.
 """
 
 from __future__ import annotations
@@ -17,14 +18,22 @@ import datasets
 import torch
 import transformers
 
-from training.config import CONFIG_FILENAME, ConfigError, TrainConfig, load_preset, read_config
-from training.grpo import run_grpo
-from training.samples import SamplesError
-from training.sft import run_sft
+from toolgrpo.training.config import (
+    CONFIG_FILENAME,
+    ConfigError,
+    TrainConfig,
+    load_preset,
+    read_config,
+)
+from toolgrpo.training.grpo import run_grpo
+from toolgrpo.training.samples import SamplesError
+from toolgrpo.training.sft import run_sft
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m toolgrpo.training", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("stage", choices=["sft", "grpo"])
     parser.add_argument("--run-dir", type=Path, required=True, help="the run folder")
     source = parser.add_mutually_exclusive_group()

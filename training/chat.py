@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from schemas.catalogue import load_catalogue
+from toolgrpo.schemas.catalogue import load_catalogue
 
 
 def _system_prompt() -> str:

@@ -12,8 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.catalogue import REPO_ROOT
-from training.rewards import RewardWeights
+from toolgrpo.data import DATA_DIR
+from toolgrpo.training.rewards import RewardWeights
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 CONFIG_FILENAME = "train_config.json"
@@ -49,9 +49,9 @@ class TrainConfig(BaseModel):
     gradient_checkpointing: bool = False
     num_processes: int = Field(1, ge=1, description="> 1 launches the stage with accelerate")
 
-    # Data: relative paths are relative to the repository root.
-    train_single_step: Path = Path("data/train/single_step.jsonl")
-    train_multistep: Path = Path("data/train/multistep.jsonl")
+    # Data: the shipped rows by default; relative paths are relative to the working directory.
+    train_single_step: Path = DATA_DIR / "train" / "single_step.jsonl"
+    train_multistep: Path = DATA_DIR / "train" / "multistep.jsonl"
     max_train_rows: int | None = Field(None, gt=0, description="a subset of rows, for smoke runs")
     eval_max_rows: int | None = Field(None, gt=0, description="rows per eval file, quick checks")
     # The condition-fails branch (a multi-step row labelled `respond`) is ~7% of the rows; repeating
@@ -104,8 +104,8 @@ class TrainConfig(BaseModel):
         return RewardWeights(**self.reward_weights)
 
     def data_path(self, path: Path) -> Path:
-        """`path` resolved against the repository root when it is relative."""
-        return path if path.is_absolute() else REPO_ROOT / path
+        """`path` resolved against the working directory when it is relative."""
+        return path.resolve()
 
     def trainer_arguments(self, output_dir: Path) -> dict[str, Any]:
         """The `TrainingArguments` both stages share: precision, device, seeds, checkpoints."""

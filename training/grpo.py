@@ -7,14 +7,14 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from training.chat import chat_prompt
-from training.config import TrainConfig
-from training.metrics import METRICS_FILENAME, MetricsFileCallback
-from training.model import load_model, lora_config
-from training.ngrpo import NGRPOConfig, NGRPOTrainer
-from training.rewards import COMPONENT_REWARDS
-from training.samples import grpo_rows
-from training.stage import train_and_save
+from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.config import TrainConfig
+from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
+from toolgrpo.training.model import load_model, lora_config
+from toolgrpo.training.ngrpo import NGRPOConfig, NGRPOTrainer
+from toolgrpo.training.rewards import COMPONENT_REWARDS
+from toolgrpo.training.samples import grpo_rows
+from toolgrpo.training.stage import train_and_save
 
 STAGE = "grpo"
 

@@ -24,7 +24,7 @@ from transformers import (
 )
 from transformers import set_seed as set_transformers_seed
 
-from training.config import TrainConfig
+from toolgrpo.training.config import TrainConfig
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"

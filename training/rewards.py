@@ -16,8 +16,8 @@ from dataclasses import dataclass, fields
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-from schemas.catalogue import Catalogue, load_catalogue
-from schemas.completion import completion_text, first_json_object
+from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.completion import completion_text, first_json_object
 
 # case study: LOGIC_KEYWORDS. English matched case-insensitively as whole words, Chinese anywhere.
 LOGIC_WORDS_EN = (

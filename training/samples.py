@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from training.chat import SYSTEM_PROMPT
-from training.config import TrainConfig
+from toolgrpo.training.chat import SYSTEM_PROMPT
+from toolgrpo.training.config import TrainConfig
 
 Row = dict[str, Any]
 # The ChatML frame around every prompt, so the tokenizer learns its role names as whole tokens.

@@ -8,12 +8,12 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
-from training.chat import chat_prompt
-from training.config import TrainConfig
-from training.metrics import METRICS_FILENAME, MetricsFileCallback
-from training.model import build_tiny, load_model, lora_config, save_model
-from training.samples import grpo_rows, sft_rows, tokenizer_corpus
-from training.stage import train_and_save
+from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.config import TrainConfig
+from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
+from toolgrpo.training.model import build_tiny, load_model, lora_config, save_model
+from toolgrpo.training.samples import grpo_rows, sft_rows, tokenizer_corpus
+from toolgrpo.training.stage import train_and_save
 
 STAGE = "sft"
 

@@ -8,8 +8,8 @@ from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from training.config import CONFIG_FILENAME, TrainConfig
-from training.model import save_model
+from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
+from toolgrpo.training.model import save_model
 
 
 def last_checkpoint(stage_dir: Path) -> Path | None:

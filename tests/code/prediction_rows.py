@@ -7,8 +7,8 @@ from typing import Any
 
 import polars as pl
 
-from schemas.catalogue import load_catalogue
-from schemas.predictions import probability_columns
+from toolgrpo.schemas.catalogue import load_catalogue
+from toolgrpo.schemas.predictions import probability_columns
 
 CATALOGUE = load_catalogue()
 NO_TOOL = ""  # `predicted=NO_TOOL`: the output named no tool (unparseable)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from flows import cli
-from flows.ablation import parse_params, run_ablation
-from schemas.catalogue import DATA_DIR
-from tasks.ablation import (
+from toolgrpo.data import DATA_DIR
+from toolgrpo.flows import cli
+from toolgrpo.flows.ablation import parse_params, run_ablation
+from toolgrpo.tasks.ablation import (
     AblationError,
     AblationSummary,
     ArmRun,
@@ -28,7 +28,7 @@ from tasks.ablation import (
     start_config,
     write_verdict,
 )
-from training.config import load_preset
+from toolgrpo.training.config import load_preset
 
 
 def _scores(step: int, multi: float, single: float = 0.9) -> Scores:

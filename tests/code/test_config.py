@@ -5,13 +5,25 @@ from pathlib import Path
 
 import pytest
 
-from training.__main__ import main as training_main
-from training.config import CONFIG_FILENAME, ConfigError, load_preset, preset_names, read_config
-from training.grpo import grpo_config, reward_functions
-from training.model import lora_config
-from training.rewards import COMPONENT_REWARDS
-from training.samples import SamplesError, grpo_rows, is_condition_fails, read_samples, sft_rows
-from training.sft import sft_config
+from toolgrpo.training.__main__ import main as training_main
+from toolgrpo.training.config import (
+    CONFIG_FILENAME,
+    ConfigError,
+    load_preset,
+    preset_names,
+    read_config,
+)
+from toolgrpo.training.grpo import grpo_config, reward_functions
+from toolgrpo.training.model import lora_config
+from toolgrpo.training.rewards import COMPONENT_REWARDS
+from toolgrpo.training.samples import (
+    SamplesError,
+    grpo_rows,
+    is_condition_fails,
+    read_samples,
+    sft_rows,
+)
+from toolgrpo.training.sft import sft_config
 
 
 def test_three_named_presets_ship():

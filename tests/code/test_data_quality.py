@@ -11,11 +11,16 @@ import polars as pl
 import pytest
 from prefect.client.orchestration import get_client
 
-from flows.cli import app, validate
-from flows.data_quality import data_quality
-from tasks.load import load_samples
-from tasks.validate import DataGateFailed, enforce_data_gate, render_markdown, validate_samples
 from tests.code.test_load import GOOD, row_bytes, write_lines
+from toolgrpo.flows.cli import app, validate
+from toolgrpo.flows.data_quality import data_quality
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.validate import (
+    DataGateFailed,
+    enforce_data_gate,
+    render_markdown,
+    validate_samples,
+)
 
 
 async def artifact_keys() -> set[str]:

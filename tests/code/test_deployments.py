@@ -1,10 +1,13 @@
 """The scheduled deployments: prefect.yaml and `toolgrpo serve` declare the same two, runnable."""
 
+from pathlib import Path
+
 import yaml
 from prefect.flows import load_flow_from_entrypoint
 
-from flows.deployments import NIGHTLY_CRON, deployments
-from schemas.catalogue import REPO_ROOT
+from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_prefect_yaml_entrypoints_load_and_accept_their_parameters():

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prediction_rows import CATALOGUE, prediction_row, predictions_frame
 
-from flows import cli
-from schemas.catalogue import DATA_DIR
-from schemas.predictions import PredictionsError, probability_columns, validate_predictions
-from tasks.evaluate import (
+from toolgrpo.data import DATA_DIR
+from toolgrpo.flows import cli
+from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
+from toolgrpo.tasks.evaluate import (
     EvalSettings,
     EvaluationError,
     action_slot_prefix,
@@ -25,7 +25,7 @@ from tasks.evaluate import (
     sample_source,
     tool_probabilities,
 )
-from training.model import build_tiny
+from toolgrpo.training.model import build_tiny
 
 SOLUTION = json.dumps(
     {

@@ -11,10 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tasks.load import load_samples
-from tasks.runs import new_run_dir
-from tasks.validate import validate_samples
 from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.tasks.validate import validate_samples
 
 GOOD = json.dumps(SINGLE, ensure_ascii=False).encode()
 
@@ -217,8 +217,8 @@ def test_run_dirs_are_new_time_stamped_and_never_reused(tmp_path, monkeypatch):
     assert list(first.iterdir()) == []
 
     suffixes = iter(["aaaaaa", "aaaaaa", "bbbbbb"])
-    monkeypatch.setattr("tasks.runs.secrets.token_hex", lambda nbytes: next(suffixes))
-    monkeypatch.setattr("tasks.runs.datetime", FrozenClock)
+    monkeypatch.setattr("toolgrpo.tasks.runs.secrets.token_hex", lambda nbytes: next(suffixes))
+    monkeypatch.setattr("toolgrpo.tasks.runs.datetime", FrozenClock)
     assert new_run_dir(tmp_path, "x").name == "20260101-120000-x-aaaaaa"
     assert new_run_dir(tmp_path, "x").name == "20260101-120000-x-bbbbbb"
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_frame
 
-from tasks.evaluate import (
+from toolgrpo.tasks.evaluate import (
     UNPARSED,
     EvalMetrics,
     compute_metrics,

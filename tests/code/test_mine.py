@@ -10,11 +10,11 @@ import pytest
 from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_frame
 
 import tasks.mine
-from flows import cli
-from schemas.catalogue import DATA_DIR
-from tasks.evaluate import sample_source
-from tasks.load import load_samples
-from tasks.mine import (
+from toolgrpo.data import DATA_DIR
+from toolgrpo.flows import cli
+from toolgrpo.tasks.evaluate import sample_source
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.mine import (
     Category,
     LabelOverride,
     ReviewError,

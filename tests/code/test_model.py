@@ -3,9 +3,9 @@
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from schemas.catalogue import load_catalogue
-from training.chat import SYSTEM_PROMPT, chat_prompt
-from training.model import IM_END, build_tiny
+from toolgrpo.schemas.catalogue import load_catalogue
+from toolgrpo.training.chat import SYSTEM_PROMPT, chat_prompt
+from toolgrpo.training.model import IM_END, build_tiny
 
 TEXTS = [
     "If ACC399 has at least 13850, send it to my savings account.",

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.ngrpo import NGRPOConfig, ngrpo_advantages, zero_std_groups
+from toolgrpo.training.ngrpo import NGRPOConfig, ngrpo_advantages, zero_std_groups
 
 # Reward levels the ground-truth reward actually produces, so equal rewards (zero std) are common.
 LEVELS = [0.0, 0.1, 0.3, 0.45, 0.55, 0.8, 0.95, 1.0]

@@ -3,10 +3,10 @@
 import polars as pl
 from matplotlib.figure import Figure
 
-from flows.retrain import fingerprint, training_code
-from tasks.evaluate import Headline, evaluation_rows
-from tasks.report import ZeroStdGroups, before_after_rows, report_html
-from training.config import load_preset
+from toolgrpo.flows.retrain import fingerprint, training_code
+from toolgrpo.tasks.evaluate import Headline, evaluation_rows
+from toolgrpo.tasks.report import ZeroStdGroups, before_after_rows, report_html
+from toolgrpo.training.config import load_preset
 
 
 def _headline(value: float) -> Headline:

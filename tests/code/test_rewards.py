@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.rewards import (
+from toolgrpo.training.rewards import (
     COMPONENT_REWARDS,
     RewardWeights,
     ground_truth_reward,

@@ -5,7 +5,7 @@ import math
 
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from training.metrics import MetricsFileCallback, read_metrics
+from toolgrpo.training.metrics import MetricsFileCallback, read_metrics
 
 ARGS = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none")
 

@@ -11,13 +11,13 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.logging import disable_run_logger
 
 import tasks.train as train_module
-from tasks.train import StageFailed, stage_command, train_stage
-from training.config import CONFIG_FILENAME, load_preset
+from toolgrpo.tasks.train import StageFailed, stage_command, train_stage
+from toolgrpo.training.config import CONFIG_FILENAME, load_preset
 
 
 def test_one_process_runs_python_m_training():
     command = stage_command("sft", Path("/runs/a"), load_preset("cpu"), None)
-    assert command == [sys.executable, "-m", "training", "sft", "--run-dir", "/runs/a"]
+    assert command == [sys.executable, "-m", "toolgrpo.training", "sft", "--run-dir", "/runs/a"]
 
 
 def test_several_processes_go_through_accelerate_launch():
@@ -27,7 +27,7 @@ def test_several_processes_go_through_accelerate_launch():
     assert command[command.index("--mixed_precision") + 1] == "bf16"
     assert command[-7:] == [
         "-m",
-        "training",
+        "toolgrpo.training",
         "grpo",
         "--run-dir",
         "/runs/a",

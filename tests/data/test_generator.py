@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from data.generator import (
+from toolgrpo.data import DATA_DIR
+from toolgrpo.flows.cli import generate
+from toolgrpo.generator.build import (
     MULTI_TEMPLATES,
     PATTERNS,
     PLANTED_FILE,
@@ -18,10 +20,9 @@ from data.generator import (
     build_dataset,
     normalise_prompt,
 )
-from flows.cli import generate
-from schemas.catalogue import DATA_DIR, load_catalogue
-from schemas.completion import Completion
-from training.rewards import thought_action_consistent
+from toolgrpo.schemas.catalogue import load_catalogue
+from toolgrpo.schemas.completion import Completion
+from toolgrpo.training.rewards import thought_action_consistent
 
 FILES = [
     "train/single_step.jsonl",

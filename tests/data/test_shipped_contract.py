@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.catalogue import DATA_DIR
-from tasks.load import load_samples
-from tasks.validate import summarise_samples, validate_samples
+from toolgrpo.data import DATA_DIR
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.validate import summarise_samples, validate_samples
 
 SHIPPED = [
     "train/single_step.jsonl",

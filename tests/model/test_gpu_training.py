@@ -5,10 +5,10 @@ import torch
 from prefect.logging import disable_run_logger
 from transformers import AutoModelForCausalLM
 
-from tasks.train import train_stage
-from training.config import load_preset
-from training.model import build_tiny, save_model
-from training.samples import grpo_rows, tokenizer_corpus
+from toolgrpo.tasks.train import train_stage
+from toolgrpo.training.config import load_preset
+from toolgrpo.training.model import build_tiny, save_model
+from toolgrpo.training.samples import grpo_rows, tokenizer_corpus
 
 pytestmark = [
     pytest.mark.gpu,

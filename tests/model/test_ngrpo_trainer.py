@@ -15,10 +15,10 @@ import pytest
 import torch
 from datasets import Dataset
 
-from training.chat import chat_prompt
-from training.model import build_tiny
-from training.ngrpo import NGRPOConfig, NGRPOTrainer, ngrpo_advantages, zero_std_groups
-from training.rewards import ground_truth_reward
+from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.model import build_tiny
+from toolgrpo.training.ngrpo import NGRPOConfig, NGRPOTrainer, ngrpo_advantages, zero_std_groups
+from toolgrpo.training.rewards import ground_truth_reward
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +113,7 @@ def train_ngrpo(tiny_model, scope, output_dir, per_device_batch_size=12, **overr
 
 @pytest.mark.parametrize("scope", ["zero_std", "all"])
 def test_loss_receives_ngrpo_advantages_of_the_steps_rewards(tiny_model, scope, tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="training.ngrpo"):
+    with caplog.at_level(logging.INFO, logger="toolgrpo.training.ngrpo"):
         trainer = train_ngrpo(tiny_model, scope, tmp_path)
 
     assert trainer.args.epsilon_high == 0.24 and trainer.epsilon_low == 0.16

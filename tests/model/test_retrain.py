@@ -5,8 +5,8 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM
 
-from flows.retrain import RetrainParams, retrain
-from tasks.validate import DataGateFailed
+from toolgrpo.flows.retrain import RetrainParams, retrain
+from toolgrpo.tasks.validate import DataGateFailed
 
 pytestmark = pytest.mark.slow
 

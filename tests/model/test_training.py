@@ -11,11 +11,11 @@ import torch
 from prefect.logging import disable_run_logger
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tasks.train import train_stage
-from training.chat import chat_prompt
-from training.config import CONFIG_FILENAME, load_preset, read_config
-from training.metrics import METRICS_FILENAME, read_metrics
-from training.stage import last_checkpoint
+from toolgrpo.tasks.train import train_stage
+from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.config import CONFIG_FILENAME, load_preset, read_config
+from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
+from toolgrpo.training.stage import last_checkpoint
 
 pytestmark = pytest.mark.slow
 START_TIMEOUT_S = 600
@@ -24,7 +24,7 @@ START_TIMEOUT_S = 600
 def _kill_after_first_checkpoint(run_dir):
     """Run the SFT process until its first checkpoint is complete, then SIGKILL its group."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "training", "sft", "--run-dir", str(run_dir)],
+        [sys.executable, "-m", "toolgrpo.training", "sft", "--run-dir", str(run_dir)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

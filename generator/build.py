@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
 
 # case study: 454 single-step samples + 823 expanded multi-step samples
 TRAIN_SINGLE_ROWS = 454
