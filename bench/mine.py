@@ -21,10 +21,11 @@ import cyclopts
 import polars as pl
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.evaluation.predict import EvalSettings, predict
+from toolgrpo.mining.confident import ranked_label_issues
+from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.catalogue import load_catalogue
-from toolgrpo.tasks.evaluate import EvalSettings, predict
 from toolgrpo.tasks.load import load_samples
-from toolgrpo.tasks.mine import mine_errors, ranked_label_issues
 
 app = cyclopts.App(help=__doc__)
 

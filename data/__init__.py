@@ -4,3 +4,5 @@ from pathlib import Path
 
 # The folder itself, in a checkout and in an installed package alike.
 DATA_DIR = Path(__file__).resolve().parent
+# Reviewers' label decisions (`toolgrpo mine apply-review`), applied on the next run when present.
+LABEL_OVERRIDES = DATA_DIR / "label_overrides.jsonl"

@@ -18,23 +18,17 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from toolgrpo.ablation.arms import ARMS, STARTS, AblationError, Start, arm_config, start_config
+from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR
+from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings
 from toolgrpo.tasks.ablation import (
-    ARMS,
-    STARTS,
-    AblationError,
     AblationReport,
-    AblationSummary,
-    Start,
-    aggregate_arms,
-    arm_config,
     eval_samples,
     publish_ablation,
-    start_config,
     train_arm,
     train_start,
 )
-from toolgrpo.tasks.evaluate import MAX_TORCH_THREADS, EvalSettings
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.training.config import ConfigError, load_preset
 from toolgrpo.training.ngrpo import Scope

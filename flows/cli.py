@@ -1,4 +1,4 @@
-"""The `toolgrpo` command line: thin wrappers that run the flows and tasks."""
+"""The `toolgrpo` command line: each command parses, runs a flow, and maps errors to exit codes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from cyclopts import App, Parameter
 
-from toolgrpo.data import DATA_DIR
+from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 
 # The temporary Prefect server can take longer than the 20 s default on a busy 2-core box.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -131,34 +131,26 @@ def evaluate(
     """
     from pydantic import ValidationError
 
+    from toolgrpo.evaluation.decoding import EvaluationError
+    from toolgrpo.evaluation.predict import EvalSettings
+    from toolgrpo.flows.evaluate import UnreadableData
+    from toolgrpo.flows.evaluate import evaluate as evaluate_flow
+    from toolgrpo.reporting.evaluation import metrics_markdown
     from toolgrpo.schemas.predictions import PredictionsError
-    from toolgrpo.tasks.evaluate import (
-        EvalSettings,
-        EvaluationError,
-        compute_metrics,
-        metrics_markdown,
-        predict,
-        write_evaluation,
-    )
-    from toolgrpo.tasks.load import load_samples
-    from toolgrpo.tasks.runs import new_run_dir
 
-    loaded = load_samples.fn(data, overrides)
-    for problem in loaded.problems:
-        print(problem, file=sys.stderr)
-    if loaded.problems:
-        return 2
     try:
         settings = EvalSettings(
             max_new_tokens=max_new_tokens, batch_size=batch_size, torch_threads=torch_threads
         )
-        predictions = predict(model, loaded.frame, settings)
+        report = evaluate_flow(model, data, out, overrides, settings)
+    except UnreadableData as error:
+        for problem in error.problems:
+            print(problem, file=sys.stderr)
+        return 2
     except (ValidationError, EvaluationError, PredictionsError) as error:
         print(f"toolgrpo evaluate: {error}", file=sys.stderr)
         return 2
-    metrics = compute_metrics(predictions)
-    report = write_evaluation(predictions, metrics, model, new_run_dir(out, "evaluate"))
-    print(metrics_markdown(metrics))
+    print(metrics_markdown(report.metrics))
     print(f"\npredictions: {report.predictions_path}\nmetrics: {report.metrics_path}")
     return 0
 
@@ -177,44 +169,35 @@ def mine(*, predictions: Path, audit: Path | None = None, out: Path = Path("runs
     """
     import polars as pl
 
-    from toolgrpo.schemas.catalogue import load_catalogue
-    from toolgrpo.schemas.predictions import PredictionsError, validate_predictions
-    from toolgrpo.tasks.mine import findings_markdown, mine_errors, write_mining
-    from toolgrpo.tasks.runs import new_run_dir
+    from toolgrpo.flows.mine import mine_predictions
+    from toolgrpo.reporting.mining import findings_markdown
+    from toolgrpo.schemas.predictions import PredictionsError
 
-    catalogue = load_catalogue()
-    frames = []
-    for path in [predictions, audit]:
-        if path is None:
-            continue
-        try:
-            frames.append(validate_predictions(pl.read_parquet(path), catalogue))
-        except (OSError, pl.exceptions.PolarsError, PredictionsError) as error:
-            print(f"toolgrpo mine: {path}: {error}", file=sys.stderr)
-            return 2
-    report = mine_errors(frames[0], frames[1] if audit else None, catalogue)
-    paths = write_mining(report, new_run_dir(out, "mine"))
+    try:
+        report, out_dir = mine_predictions(predictions, audit, out)
+    except (OSError, pl.exceptions.PolarsError, PredictionsError) as error:
+        print(f"toolgrpo mine: {error}", file=sys.stderr)
+        return 2
     print(findings_markdown(report))
-    print(f"\nreview queue: {paths['queue_csv']}")
+    print(f"\nreview queue: {out_dir / 'review_queue.csv'}")
     return 0
 
 
 @mine_app.command(name="apply-review")
-def apply_review(reviewed: Path, *, overrides: Path = DATA_DIR / "label_overrides.jsonl") -> int:
+def apply_review(reviewed: Path, *, overrides: Path = LABEL_OVERRIDES) -> int:
     """Turn REVIEWED (a review_queue.csv whose decision/reviewer/reason columns are filled in)
     into label overrides merged into OVERRIDES; the loader applies them on the next run.
 
     Exit 0: written; 2: the file is missing or a decision is unusable (file:line says which).
     """
-    from toolgrpo.tasks.mine import ReviewError, overrides_from_review, write_label_overrides
+    from toolgrpo.flows.review import apply_review as apply_review_flow
+    from toolgrpo.mining.review import ReviewError
 
     try:
-        decisions = overrides_from_review(reviewed)
+        apply_review_flow(reviewed, overrides)
     except (OSError, ReviewError) as error:
         print(f"toolgrpo mine apply-review: {error}", file=sys.stderr)
         return 2
-    write_label_overrides(decisions, overrides)
-    print(f"{len(decisions)} reviewed decision(s) merged into {overrides}")
     return 0
 
 
@@ -265,11 +248,11 @@ def run(
     from pydantic import ValidationError
 
     from toolgrpo.flows.retrain import retrain
-    from toolgrpo.tasks.evaluate import markdown_table
-    from toolgrpo.tasks.report import before_after_rows
+    from toolgrpo.reporting.markdown import markdown_table
+    from toolgrpo.reporting.run_report import before_after_rows
     from toolgrpo.tasks.train import StageFailed
-    from toolgrpo.tasks.validate import DataGateFailed
     from toolgrpo.training.config import ConfigError
+    from toolgrpo.validation.gate import DataGateFailed
 
     missing = [p for p in [*(train or []), *(eval_ or [])] if not p.is_file()]
     if missing:

@@ -18,15 +18,18 @@ from prefect.cache_policies import CacheKeyFnPolicy
 from pydantic import BaseModel, Field
 
 from toolgrpo import training
-from toolgrpo.data import DATA_DIR
-from toolgrpo.tasks.evaluate import EvalSettings, evaluate_model, evaluation_rows
-from toolgrpo.tasks.load import LoadedSamples, load_samples
+from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
+from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
+from toolgrpo.schemas.data_quality import DataReport
+from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
+from toolgrpo.schemas.samples import TRAINING_COLUMNS
+from toolgrpo.tasks.evaluate import evaluate_model
+from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
-from toolgrpo.tasks.report import RunSummary, ZeroStdGroups, publish_report
+from toolgrpo.tasks.report import publish_report
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import StageResult, train_stage
 from toolgrpo.tasks.validate import (
-    DataReport,
     enforce_data_gate,
     publish_data_report,
     summarise_samples,
@@ -34,20 +37,8 @@ from toolgrpo.tasks.validate import (
 )
 from toolgrpo.training.config import TrainConfig, load_preset
 from toolgrpo.training.metrics import read_metrics
+from toolgrpo.validation.loader import LoadedSamples
 
-# What a training stage reads of a row, and all the training cache key sees: a label training
-# never reads (`condition`) does not retrain.
-TRAINING_COLUMNS = [
-    "id",
-    "scenario_id",
-    "kind",
-    "lang",
-    "step",
-    "n_steps",
-    "prompt",
-    "solution",
-    "tool",
-]
 TRAIN_FILES = {"single": "single_step.jsonl", "multi": "multistep.jsonl"}
 
 
@@ -68,7 +59,7 @@ class RetrainParams(BaseModel):
         description="held-out rows, split from training by scenario",
     )
     label_overrides: Path | None = Field(
-        DATA_DIR / "label_overrides.jsonl",
+        LABEL_OVERRIDES,
         description="reviewed label decisions applied to the rows (skipped if the file is absent)",
     )
     out: Path = Field(Path("runs"), description="each run gets a new folder here")
@@ -211,7 +202,6 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     wall["mine"] = time.monotonic() - started
 
     grpo_metrics = read_metrics(grpo.metrics_path)
-    totals = next((m for m in reversed(grpo_metrics) if "groups_total" in m), {})
     summary = RunSummary(
         preset=params.preset,
         run_dir=run_dir,
@@ -221,11 +211,7 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
         retrained=retrained,
         models={"sft": sft.model_dir, "grpo": grpo.model_dir},
         accuracy={"sft": before.metrics.accuracy, "grpo": after.metrics.accuracy},
-        zero_std=ZeroStdGroups(
-            zero=totals.get("zero_std_groups_total", 0),
-            total=totals.get("groups_total", 0),
-            changed=totals.get("calibrated_groups_total", 0),
-        ),
+        zero_std=ZeroStdGroups.from_metrics(grpo_metrics),
         flagged_label_ambiguity=mining.ambiguity_ids,
         flagged_label_conflict=mining.conflict_ids,
         wall_s={stage: round(seconds, 1) for stage, seconds in wall.items()},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,11 @@ class Bilingual(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     en: list[str] | str
     zh: list[str] | str
+
+    def texts(self, lang: str) -> list[str]:
+        """The texts in `lang` ("en" or "zh"), a single text as a list of one."""
+        value = getattr(self, lang)
+        return [value] if isinstance(value, str) else list(value)
 
 
 class Tool(BaseModel):
@@ -80,3 +85,9 @@ class Catalogue(BaseModel):
 def load_catalogue(path: Path | str = DEFAULT_CATALOGUE) -> Catalogue:
     """The catalogue at `path`, validated (unique names, compilable params schemas)."""
     return Catalogue.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@cache
+def default_catalogue() -> Catalogue:
+    """The shipped catalogue (data/tools.json), loaded once per process."""
+    return load_catalogue()

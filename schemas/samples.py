@@ -9,14 +9,13 @@ null for malformed JSON where `str.json_decode` raises, so one bad row never hid
 from __future__ import annotations
 
 import json
-from functools import cache
 
 import pandera.polars as pa
 import polars as pl
 from pandera.polars import PolarsData
 from pydantic import BaseModel, ConfigDict
 
-from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.catalogue import default_catalogue
 
 KINDS = ("single", "multi")
 LANGS = ("en", "zh")
@@ -50,16 +49,30 @@ class SampleRecord(BaseModel):
     condition: str | None = None  # optional: only conditional steps carry it
 
 
+def condition_branch(condition: pl.Expr, kind: pl.Expr, tool: pl.Expr) -> pl.Expr:
+    """`condition_holds` / `condition_fails` for a conditional step, null for any other row.
+
+    From the row's `condition` label; without one, a multi-step reply counts as the condition
+    failing (the only branch a label alone shows).
+    """
+    replies = (kind == "multi") & (tool == "respond")
+    return (
+        pl.when(condition == "holds")
+        .then(pl.lit("condition_holds"))
+        .when((condition == "fails") | (condition.is_null() & replies))
+        .then(pl.lit("condition_fails"))
+        .otherwise(None)
+    )
+
+
+CONTRACT_COLUMNS = list(SampleRecord.model_fields)
+# What a training stage reads of a row, and all the training cache key sees: a label training
+# never reads (`condition`) does not retrain.
+TRAINING_COLUMNS = [column for column in CONTRACT_COLUMNS if column != "condition"]
 RECORD_SCHEMA = {
     name: pl.Int64 if field.annotation is int else pl.String
     for name, field in SampleRecord.model_fields.items()
 }
-
-
-@cache
-def catalogue() -> Catalogue:
-    """The shipped tool catalogue, loaded once per process."""
-    return load_catalogue()
 
 
 def _json_at(column: str, path: str) -> pl.Expr:
@@ -81,9 +94,9 @@ def _is_json_string(parent: str, key: str, value: str) -> pl.Expr:
 
 def _params_error(pair: dict[str, str | None]) -> str | None:
     tool, params = pair["action_tool"], pair["action_params"]
-    if tool not in catalogue().names or params is None:
+    if tool not in default_catalogue().names or params is None:
         return None  # unknown tools and non-object params fail their own checks
-    return catalogue().params_error(tool, json.loads(params))
+    return default_catalogue().params_error(tool, json.loads(params))
 
 
 def parse_solution(frame: pl.DataFrame) -> pl.DataFrame:
@@ -192,7 +205,7 @@ class Sample(pa.DataFrameModel):
     @pa.dataframe_check
     def tool_in_catalogue(cls, data: PolarsData) -> pl.LazyFrame:
         """`tool` names a tool of data/tools.json."""
-        return data.lazyframe.select(pl.col("tool").is_in(catalogue().names))
+        return data.lazyframe.select(pl.col("tool").is_in(default_catalogue().names))
 
     @pa.dataframe_check
     def prompt_not_empty(cls, data: PolarsData) -> pl.LazyFrame:

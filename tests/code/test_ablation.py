@@ -1,33 +1,27 @@
 """The ablation: arm configs, checkpoint discovery, aggregation across seeds, the verdict, and a
 smoke-preset flow run end to end."""
 
-import json
 from pathlib import Path
 
 import pytest
 
+from toolgrpo.ablation.arms import (
+    AblationError,
+    ArmRun,
+    Scores,
+    arm_config,
+    checkpoint_models,
+    start_config,
+)
+from toolgrpo.ablation.summary import AblationSummary, Spread, aggregate_arms
+from toolgrpo.ablation.verdict import compare, eval_noise, write_verdict
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows import cli
 from toolgrpo.flows.ablation import parse_params, run_ablation
-from toolgrpo.tasks.ablation import (
-    AblationError,
-    AblationSummary,
-    ArmRun,
-    GroupCounts,
-    Scores,
-    Spread,
-    ablation_markdown,
-    aggregate_arms,
-    arm_config,
-    checkpoint_models,
-    compare,
-    eval_noise,
-    eval_samples,
-    group_counts,
-    plot_multi_step,
-    start_config,
-    write_verdict,
-)
+from toolgrpo.reporting.ablation import ablation_markdown
+from toolgrpo.reporting.plots import plot_multi_step
+from toolgrpo.schemas.run import ZeroStdGroups
+from toolgrpo.tasks.ablation import eval_samples
 from toolgrpo.training.config import load_preset
 
 
@@ -58,7 +52,7 @@ def _run(
         arm=arm,
         seed=seed,
         curve=[_scores(5 * i, value) for i, value in enumerate(multi)],
-        groups=GroupCounts(zero_std=zero_std, calibrated=calibrated, total=10),
+        groups=ZeroStdGroups(zero=zero_std, changed=calibrated, total=10),
         wall_s=100.0 + seed,
     )
 
@@ -106,15 +100,13 @@ def test_every_checkpoint_and_the_final_model_are_evaluated(tmp_path):
     }
 
 
-def test_group_counts_come_from_the_last_line_that_carries_them(tmp_path):
-    path = tmp_path / "train_metrics.jsonl"
+def test_group_counts_come_from_the_last_line_that_carries_them():
     lines = [
         {"step": 1, "zero_std_groups_total": 2, "calibrated_groups_total": 1, "groups_total": 4},
         {"step": 2, "zero_std_groups_total": 5, "calibrated_groups_total": 3, "groups_total": 8},
         {"step": 2, "train_runtime": 12.0},
     ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert group_counts(path) == GroupCounts(zero_std=5, calibrated=3, total=8)
+    assert ZeroStdGroups.from_metrics(lines) == ZeroStdGroups(zero=5, changed=3, total=8)
 
 
 def test_eval_rows_carry_their_file_and_respect_the_row_cap():

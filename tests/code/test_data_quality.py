@@ -14,13 +14,10 @@ from prefect.client.orchestration import get_client
 from tests.code.test_load import GOOD, row_bytes, write_lines
 from toolgrpo.flows.cli import app, validate
 from toolgrpo.flows.data_quality import data_quality
+from toolgrpo.reporting.data_quality import render_markdown
 from toolgrpo.tasks.load import load_samples
-from toolgrpo.tasks.validate import (
-    DataGateFailed,
-    enforce_data_gate,
-    render_markdown,
-    validate_samples,
-)
+from toolgrpo.tasks.validate import enforce_data_gate, validate_samples
+from toolgrpo.validation.gate import DataGateFailed
 
 
 async def artifact_keys() -> set[str]:
@@ -40,13 +37,13 @@ def test_flow_writes_the_report_and_publishes_artifacts(prefect_harness, tmp_pat
     assert run_dir.parent == tmp_path / "runs"
     assert sorted(p.name for p in run_dir.iterdir()) == [
         "conflicts.csv",
+        "data_quality.json",
         "failures.csv",
         "report.md",
-        "summary.json",
     ]
     failures = pl.read_csv(run_dir / "failures.csv")
     assert failures.select("line", "check").rows() == [(2, "valid_json"), (3, "lang_known")]
-    summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    summary = json.loads((run_dir / "data_quality.json").read_text("utf-8"))
     assert summary["ok"] is False and summary["counts"]["lang"] == {"en": 2, "fr": 1}
     markdown = (run_dir / "report.md").read_text("utf-8")
     assert "# Data quality: FAILED" in markdown and f"{data}:3: " in markdown

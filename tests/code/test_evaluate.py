@@ -12,19 +12,16 @@ from hypothesis import strategies as st
 from prediction_rows import CATALOGUE, prediction_row, predictions_frame
 
 from toolgrpo.data import DATA_DIR
-from toolgrpo.flows import cli
-from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
-from toolgrpo.tasks.evaluate import (
-    EvalSettings,
+from toolgrpo.evaluation.decoding import (
     EvaluationError,
     action_slot_prefix,
-    completion_checks,
-    evaluate_model,
     load_model,
-    predict,
-    sample_source,
     tool_probabilities,
 )
+from toolgrpo.evaluation.predict import EvalSettings, completion_checks, predict, sample_source
+from toolgrpo.flows import cli
+from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
+from toolgrpo.tasks.evaluate import evaluate_model
 from toolgrpo.training.model import build_tiny
 
 SOLUTION = json.dumps(

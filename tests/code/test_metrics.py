@@ -5,13 +5,8 @@ import json
 import pytest
 from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_frame
 
-from toolgrpo.tasks.evaluate import (
-    UNPARSED,
-    EvalMetrics,
-    compute_metrics,
-    metrics_markdown,
-    metrics_tables,
-)
+from toolgrpo.evaluation.metrics import UNPARSED, EvalMetrics, compute_metrics
+from toolgrpo.reporting.evaluation import metrics_markdown, metrics_tables
 
 
 def _slice(metrics: EvalMetrics, name: str, value: str):

@@ -11,24 +11,16 @@ from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_fram
 
 import tasks.mine
 from toolgrpo.data import DATA_DIR
+from toolgrpo.evaluation.predict import sample_source
 from toolgrpo.flows import cli
-from toolgrpo.tasks.evaluate import sample_source
+from toolgrpo.mining.categorise import Category, categorise
+from toolgrpo.mining.confident import overlapping_tool_pairs, ranked_label_issues
+from toolgrpo.mining.evidence import keyword_hits, keyword_patterns, request_template
+from toolgrpo.mining.report import mine_errors
+from toolgrpo.mining.review import ReviewError, overrides_from_review
+from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.tasks.load import load_samples
-from toolgrpo.tasks.mine import (
-    Category,
-    LabelOverride,
-    ReviewError,
-    categorise,
-    keyword_hits,
-    keyword_patterns,
-    mine,
-    mine_errors,
-    overlapping_tool_pairs,
-    overrides_from_review,
-    ranked_label_issues,
-    request_template,
-    write_label_overrides,
-)
+from toolgrpo.tasks.mine import mine, write_label_overrides
 
 PATTERNS = keyword_patterns(CATALOGUE)
 

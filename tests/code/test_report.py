@@ -3,9 +3,11 @@
 import polars as pl
 from matplotlib.figure import Figure
 
+from toolgrpo.evaluation.metrics import Headline
+from toolgrpo.evaluation.predict import evaluation_rows
 from toolgrpo.flows.retrain import fingerprint, training_code
-from toolgrpo.tasks.evaluate import Headline, evaluation_rows
-from toolgrpo.tasks.report import ZeroStdGroups, before_after_rows, report_html
+from toolgrpo.reporting.run_report import before_after_rows, report_html
+from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.training.config import load_preset
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.samples import check_names, check_rule
 from toolgrpo.tasks.load import load_samples
-from toolgrpo.tasks.validate import DataReport, validate_samples
+from toolgrpo.tasks.validate import validate_samples
 
 
 def solution(tool: str = "check_balance", params: Any = None, **fields: Any) -> str:

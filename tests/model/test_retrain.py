@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from toolgrpo.flows.retrain import RetrainParams, retrain
-from toolgrpo.tasks.validate import DataGateFailed
+from toolgrpo.validation.gate import DataGateFailed
 
 pytestmark = pytest.mark.slow
 

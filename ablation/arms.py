@@ -1,0 +1,132 @@
+"""The ablation's arms: SFT vs GRPO vs NGRPO (zero-std scope) vs NGRPO (all groups).
+
+From each starting checkpoint (SFT on single-step rows only — the case study's regime — and the
+preset's default warm start), GRPO arms that differ only in `ngrpo_scope` are trained with the
+same seeds, steps and data, and every saved checkpoint is evaluated on the held-out rows. This
+module holds the arm configs and what one run of an arm records; `ablation.summary` aggregates
+across seeds, `ablation.verdict` words the result, `flows/ablation.py` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from toolgrpo.evaluation.metrics import EvalMetrics
+from toolgrpo.schemas.run import ZeroStdGroups
+from toolgrpo.training.config import TrainConfig, load_preset
+from toolgrpo.training.ngrpo import Scope
+from toolgrpo.training.stage import checkpoint_step
+
+Start = Literal["single_only", "default"]
+STARTS: tuple[Start, ...] = ("single_only", "default")
+ARMS: tuple[Scope, ...] = ("none", "zero_std", "all")
+START_LABELS = {"single_only": "single-step-only SFT start", "default": "default warm start"}
+ARM_LABELS = {
+    "sft": "SFT (step 0)",
+    "none": "GRPO",
+    "zero_std": "NGRPO (zero-std)",
+    "all": "NGRPO (all)",
+}
+ARM_RECORD = "arm.json"
+# What the table reports per arm, in order: Scores field → column title.
+METRICS = {
+    "multi": "multi-step",
+    "single": "single-step",
+    "overall": "overall",
+    "condition_fails": "condition fails",
+    "condition_holds": "condition holds",
+    "json_valid": "JSON valid",
+}
+
+
+class AblationError(ValueError):
+    """The ablation cannot start (bad arm, preset or eval file); the message says what to fix."""
+
+
+def start_config(
+    preset: str, start: Start, seed: int, torch_threads: int, overrides: dict[str, Any]
+) -> TrainConfig:
+    """The SFT config of one starting checkpoint: the preset (plus `overrides`) with this seed;
+    `single_only` trains on no multi-step scenario (`sft_multistep_fraction=0`)."""
+    fields: dict[str, Any] = {**overrides, "seed": seed, "torch_threads": torch_threads}
+    if start == "single_only":
+        fields["sft_multistep_fraction"] = 0.0
+    return load_preset(preset, **fields)
+
+
+def arm_config(start: TrainConfig, arm: Scope, steps: int, eval_every: int) -> TrainConfig:
+    """The GRPO config of one arm: the start's config with this advantage estimator, a
+    checkpoint every `eval_every` steps, and room to keep all of them for evaluation."""
+    return TrainConfig.model_validate(
+        {
+            **start.model_dump(),
+            "ngrpo_scope": arm,
+            "grpo_max_steps": steps,
+            "save_steps": eval_every,
+            "save_total_limit": math.ceil(steps / eval_every) + 1,
+        }
+    )
+
+
+class Scores(BaseModel):
+    """One checkpoint's held-out rates (None where no row falls in the slice)."""
+
+    step: int
+    multi: float | None
+    single: float | None
+    overall: float | None
+    condition_fails: float | None
+    condition_holds: float | None
+    json_valid: float | None
+
+
+def scores_of(metrics: EvalMetrics, step: int) -> Scores:
+    """The ablation's rates out of a full evaluation."""
+    headline = metrics.accuracy
+    overall = next(s for s in metrics.slices if s.slice == "overall")
+    return Scores(
+        step=step,
+        multi=headline.multi,
+        single=headline.single,
+        overall=headline.overall,
+        condition_fails=headline.condition_fails,
+        condition_holds=headline.condition_holds,
+        json_valid=overall.json_valid,
+    )
+
+
+def checkpoint_models(stage_dir: Path, max_steps: int) -> dict[int, Path]:
+    """Step → model directory of a finished stage: every `checkpoint-N`, and the saved model at
+    `max_steps` (the same weights as a last checkpoint there)."""
+    models = {
+        checkpoint_step(path): path
+        for path in stage_dir.glob("checkpoint-*")
+        if path.is_dir() and path.name.rpartition("-")[2].isdigit()
+    }
+    models[max_steps] = stage_dir / "model"
+    return {step: path for step, path in models.items() if step <= max_steps}
+
+
+class StartRun(BaseModel):
+    """A trained starting checkpoint and its held-out scores (step 0 of every arm)."""
+
+    start: Start
+    seed: int
+    model_dir: Path
+    scores: Scores
+
+
+class ArmRun(BaseModel):
+    """One GRPO arm from one start and seed: its held-out scores per step (step 0 is the SFT
+    checkpoint), the group counts of its training, and its wall time."""
+
+    start: Start
+    arm: Scope
+    seed: int
+    curve: list[Scores]
+    groups: ZeroStdGroups
+    wall_s: float

@@ -1,0 +1,1 @@
+"""Evaluation: decode a saved model on sample rows and measure it (no Prefect here)."""

@@ -1,0 +1,165 @@
+"""Metrics of a predictions frame: tool accuracy overall and by slice, format rates, confusion.
+
+Slices: kind, step, language, labelled tool, data file, and the two branches of a conditional
+step (the condition holds: act; it fails: reply).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.schemas.samples import condition_branch
+
+UNPARSED = "(none)"
+_NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
+
+
+class SliceMetrics(BaseModel):
+    """Rates on one slice of the rows (None where the slice is empty)."""
+
+    slice: str
+    value: str
+    n: int
+    accuracy: float | None
+    json_valid: float | None
+    params_valid: float | None
+    params_exact: float | None
+    consistent: float | None = Field(description="share of parseable outputs")
+
+
+class Headline(BaseModel):
+    """The numbers a before/after table shows (tool accuracy)."""
+
+    overall: float | None
+    single: float | None
+    multi: float | None
+    condition_fails: float | None = Field(
+        description="conditional steps whose condition fails (reply instead of acting)"
+    )
+    condition_holds: float | None = Field(
+        description="conditional steps whose condition holds (act); needs `condition` labels"
+    )
+    scenario: float | None = Field(description="multi-step scenarios with every step right")
+    by_step: dict[int, float | None]
+    by_source: dict[str, float | None] = Field(
+        default_factory=dict, description="per data file, e.g. `eval/unseen_phrasing`"
+    )
+
+    def rows(self) -> dict[str, float | None]:
+        """Every number by its row name, in table order: the pooled rates, `step N`, sources."""
+        pooled = ["overall", "single", "multi", "condition_fails", "condition_holds", "scenario"]
+        return {
+            **{name: getattr(self, name) for name in pooled},
+            **{f"step {step}": value for step, value in sorted(self.by_step.items())},
+            **self.by_source,
+        }
+
+
+class Confusion(BaseModel):
+    """Counts by labelled tool (rows) and predicted tool (columns; `(none)` = no valid tool)."""
+
+    labels: list[str]
+    predicted: list[str]
+    counts: list[list[int]]
+
+    def count(self, label: str, predicted: str) -> int:
+        return self.counts[self.labels.index(label)][self.predicted.index(predicted)]
+
+
+class EvalMetrics(BaseModel):
+    """Everything evaluation reports; written as metrics.json."""
+
+    n_rows: int
+    accuracy: Headline
+    slices: list[SliceMetrics]
+    confusion: Confusion
+
+
+RATES = {
+    "accuracy": pl.col("correct"),
+    "json_valid": pl.col("parsed_ok"),
+    "params_valid": pl.col("params_valid"),
+    "params_exact": pl.col("params_exact"),
+    # Among parseable outputs: an unparseable one has no thought to compare (JSON validity
+    # already counts it).
+    "consistent": pl.col("consistent").filter(pl.col("parsed_ok")),
+}
+# Slices reported besides `overall`, in report order.
+_SLICE_COLUMNS = ["kind", "step", "lang", "label_tool", "source", "branch"]
+
+
+def _with_outcome(predictions: pl.DataFrame) -> pl.DataFrame:
+    if "condition" not in predictions.columns:  # written before the contract had conditions
+        predictions = predictions.with_columns(_NO_CONDITION)
+    return predictions.with_columns(
+        correct=(pl.col("predicted_tool") == pl.col("label_tool")).fill_null(False),
+        branch=condition_branch(pl.col("condition"), pl.col("kind"), pl.col("label_tool")),
+        step=pl.col("step").cast(pl.String),
+    )
+
+
+def _slice_rows(frame: pl.DataFrame, name: str) -> list[SliceMetrics]:
+    rows = frame.filter(pl.col(name).is_not_null()) if name != "overall" else frame
+    key = pl.col(name) if name != "overall" else pl.lit("all")
+    table = (
+        rows.group_by(key.alias("value"))
+        .agg(pl.len().alias("n"), *[rate.mean().alias(metric) for metric, rate in RATES.items()])
+        .sort("value")
+    )
+    return [SliceMetrics(slice=name, **row) for row in table.iter_rows(named=True)]
+
+
+def _rate(frame: pl.DataFrame) -> float | None:
+    return float(frame["correct"].mean()) if frame.height else None
+
+
+def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = None) -> EvalMetrics:
+    """Tool accuracy overall and by slice, format rates, scenario accuracy, confusion matrix."""
+    catalogue = catalogue or default_catalogue()
+    frame = _with_outcome(predictions)
+    multi = frame.filter(pl.col("kind") == "multi")
+    scenarios = multi.group_by("scenario_id").agg(pl.col("correct").all())
+    headline = Headline(
+        overall=_rate(frame),
+        single=_rate(frame.filter(pl.col("kind") == "single")),
+        multi=_rate(multi),
+        condition_fails=_rate(frame.filter(pl.col("branch") == "condition_fails")),
+        condition_holds=_rate(frame.filter(pl.col("branch") == "condition_holds")),
+        scenario=_rate(scenarios),
+        by_step={
+            int(step): _rate(frame.filter(pl.col("step") == step))
+            for step in sorted(frame["step"].unique().to_list(), key=int)
+        },
+        by_source={
+            source: _rate(frame.filter(pl.col("source") == source))
+            for source in sorted(frame["source"].unique().to_list())
+        },
+    )
+    slices = [
+        metrics for name in ["overall", *_SLICE_COLUMNS] for metrics in _slice_rows(frame, name)
+    ]
+    return EvalMetrics(
+        n_rows=frame.height,
+        accuracy=headline,
+        slices=slices,
+        confusion=confusion_matrix(frame, catalogue),
+    )
+
+
+def confusion_matrix(predictions: pl.DataFrame, catalogue: Catalogue) -> Confusion:
+    """Labelled × predicted tool counts; output without a catalogue tool counts as `(none)`."""
+    predicted_names = [*catalogue.names, UNPARSED]
+    predicted = (
+        pl.when(pl.col("predicted_tool").is_in(catalogue.names))
+        .then(pl.col("predicted_tool"))
+        .otherwise(pl.lit(UNPARSED))
+    )
+    counts = predictions.group_by("label_tool", predicted.alias("predicted")).len()
+    lookup = {(r["label_tool"], r["predicted"]): r["len"] for r in counts.iter_rows(named=True)}
+    return Confusion(
+        labels=catalogue.names,
+        predicted=predicted_names,
+        counts=[[lookup.get((lab, p), 0) for p in predicted_names] for lab in catalogue.names],
+    )

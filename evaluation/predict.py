@@ -1,0 +1,151 @@
+"""Predictions of a saved model on sample rows: its answers, their checks, per-tool probabilities.
+
+`predict` turns a model directory and sample rows into the predictions frame
+(`schemas.predictions.Predictions`) that metrics and mining read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolgrpo.evaluation.decoding import (
+    EvaluationError,
+    action_slot_prefix,
+    generate_completions,
+    load_model,
+    tool_probabilities,
+)
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.schemas.completion import Completion, first_json_object
+from toolgrpo.schemas.predictions import probability_columns, validate_predictions
+from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.rewards import thought_action_consistent
+
+# The machine has 2 cores shared by everyone; evaluation never takes more.
+MAX_TORCH_THREADS = 2
+_NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
+SAMPLE_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "source", "prompt"]
+
+
+class EvalSettings(BaseModel):
+    """How completions are decoded and tools scored."""
+
+    model_config = ConfigDict(frozen=True)
+    max_new_tokens: int = Field(350, gt=0)  # case study: max_completion_length 350
+    batch_size: int = Field(32, gt=0, description="prompts decoded together")
+    score_batch_size: int = Field(16, gt=0, description="rows whose tools are scored together")
+    # Two threads on two busy cores ran a tiny model ~20x slower than one: contention, not work.
+    torch_threads: int = Field(MAX_TORCH_THREADS, ge=1, le=MAX_TORCH_THREADS)
+
+
+DEFAULT_SETTINGS = EvalSettings()
+
+
+def sample_source(path: Path) -> str:
+    """The slice name of a data file: its folder and stem, e.g. `eval/unseen_phrasing`."""
+    return f"{path.parent.name}/{path.stem}"
+
+
+def evaluation_rows(frame: pl.DataFrame, max_rows: int | None) -> pl.DataFrame:
+    """At most `max_rows` rows of each file (quick runs); evaluation names slices by file."""
+    if max_rows is None:
+        return frame
+    return frame.filter(pl.int_range(pl.len()).over("file") < max_rows)
+
+
+def _label(solution: object) -> tuple[str | None, Any]:
+    """The labelled tool and params of a row's solution (a JSON string)."""
+    parsed = first_json_object(solution)
+    action = parsed.get("action") if parsed else None
+    if not isinstance(action, dict):
+        return None, None
+    return action.get("tool"), action.get("params")
+
+
+def completion_checks(completion: str, solution: str, catalogue: Catalogue) -> dict[str, Any]:
+    """What the model's output says and how it fares: tool, format, params, consistency.
+
+    Never raises: malformed output gives a null tool and false checks.
+    """
+    parsed = first_json_object(completion)
+    action = parsed.get("action") if parsed else None
+    action = action if isinstance(action, dict) else {}
+    tool = action.get("tool") if isinstance(action.get("tool"), str) else None
+    params = action.get("params")
+    label_tool, label_params = _label(solution)
+    try:
+        Completion.model_validate(parsed)
+        parsed_ok = True
+    except ValueError:
+        parsed_ok = False
+    params_valid = tool is not None and catalogue.params_valid(tool, params)
+    return {
+        "predicted_tool": tool,
+        "parsed_ok": parsed_ok,
+        "params_valid": params_valid,
+        "params_exact": tool is not None and tool == label_tool and params == label_params,
+        "consistent": thought_action_consistent(completion),
+    }
+
+
+def predict(
+    model_dir: Path,
+    samples: pl.DataFrame,
+    settings: EvalSettings = DEFAULT_SETTINGS,
+    catalogue: Catalogue | None = None,
+) -> pl.DataFrame:
+    """The predictions frame of the model in `model_dir` on `samples` (validated).
+
+    `samples` has the data contract's columns plus `source` (see `sample_source`) or the
+    loader's `file` column, from which `source` is derived.
+    """
+    catalogue = catalogue or default_catalogue()
+    if "source" not in samples.columns and "file" in samples.columns:
+        sources = [sample_source(Path(file)) for file in samples["file"]]
+        samples = samples.with_columns(source=pl.Series(sources, dtype=pl.String))
+    missing = [c for c in [*SAMPLE_COLUMNS, "solution", "tool"] if c not in samples.columns]
+    if missing:
+        raise EvaluationError(f"sample rows lack columns {missing}")
+    torch.set_num_threads(settings.torch_threads)
+    tokenizer, model = load_model(model_dir)
+    prompts = samples["prompt"].to_list()
+    completions = generate_completions(
+        tokenizer,
+        model,
+        prompts,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=settings.batch_size,
+    )
+    contexts = [
+        chat_prompt(tokenizer, prompt) + action_slot_prefix(completion)
+        for prompt, completion in zip(prompts, completions, strict=True)
+    ]
+    probabilities = tool_probabilities(
+        tokenizer, model, contexts, catalogue.names, batch_size=settings.score_batch_size
+    )
+    checks = [
+        completion_checks(completion, solution, catalogue)
+        for completion, solution in zip(completions, samples["solution"], strict=True)
+    ]
+    frame = pl.concat(
+        [
+            samples.select(
+                pl.col(["id", "scenario_id", "source"]).cast(pl.String),
+                pl.col(["kind", "lang", "prompt"]),
+                pl.col(["step", "n_steps"]).cast(pl.Int64),
+                pl.col("tool").alias("label_tool"),
+                pl.col("condition") if "condition" in samples.columns else _NO_CONDITION,
+            ),
+            pl.DataFrame(checks, schema_overrides={"predicted_tool": pl.String}),
+            pl.DataFrame({"completion": completions}, schema={"completion": pl.String}),
+            pl.DataFrame(probabilities, schema=probability_columns(catalogue), orient="row"),
+        ],
+        how="horizontal",
+    )
+    order = [*SAMPLE_COLUMNS, "label_tool", "predicted_tool", "completion"]
+    return validate_predictions(frame.select(*order, pl.exclude(order)), catalogue)

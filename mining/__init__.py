@@ -1,0 +1,1 @@
+"""Error mining: categories with evidence, confident learning, the review queue (no Prefect)."""

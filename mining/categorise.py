@@ -1,0 +1,218 @@
+"""Error mining: every error (and every label issue) gets one category with its evidence.
+
+Categories, in order of severity for annotators:
+- `label conflict`: the same request (normalised as the data gate does) carries different labels,
+  or near-identical requests (same template; for later steps, the same history) carry different
+  labels and the wording favours neither;
+- `label ambiguity`: the request's wording supports another tool and not the label (per-tool
+  keywords of the catalogue, en and zh), backed by near-identical requests labelled with that tool
+  or by the model's confidence in it (the case study's "Withdraw 50 rupees from ACC002",
+  labelled check_balance);
+- `format error`: no parseable output of the format, or params the chosen tool rejects;
+- `model error`: the label is sound and the model missed it.
+Rows the model got right are listed only when they carry a label issue (the training audit).
+
+Confident learning (cleanlab) ranks label issues and finds overlapping tool pairs from the
+per-tool probabilities of the predictions frame. Benchmarks score this module against an
+answer key of seeded label errors; nothing here reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Collection
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolgrpo.mining.confident import label_quality
+from toolgrpo.mining.evidence import (
+    keyword_hits,
+    keyword_patterns,
+    mask_identifiers,
+    request_template,
+    request_text,
+)
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.schemas.completion import first_json_object
+from toolgrpo.schemas.samples import normalised_prompt
+
+# The model is "confident" in a tool it was not taught when it gives it at least this probability.
+CONFIDENT = 0.9
+NEIGHBOURS_SHOWN = 5
+
+
+class Category(StrEnum):
+    LABEL_CONFLICT = "label conflict"
+    LABEL_AMBIGUITY = "label ambiguity"
+    FORMAT_ERROR = "format error"
+    MODEL_ERROR = "model error"
+
+
+SEVERITY = {category: rank for rank, category in enumerate(Category)}
+LABEL_ISSUES = (Category.LABEL_CONFLICT, Category.LABEL_AMBIGUITY)
+
+
+class Finding(BaseModel):
+    """One row of the review queue."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    split: str = Field(description="eval, or train for the data audit")
+    source: str
+    prompt: str
+    label: str
+    prediction: str | None
+    category: Category
+    alternative: str | None = Field(description="the tool the evidence points at instead")
+    evidence: str
+    score: float = Field(description="1 - cleanlab label quality (self-confidence): higher worse")
+    cleanlab_issue: bool
+    proposed_solution: str = Field("", description="the model's answer when valid, for review")
+
+
+def _row_evidence(
+    row: dict[str, Any],
+    alternative: str | None,
+    hits: dict[str, list[str]],
+    neighbour_labels: list[tuple[str, str]],
+) -> str:
+    """The evidence for a row's category as one sentence an annotator can check."""
+    label, parts = row["label_tool"], []
+    if alternative is not None:
+        for tool in (alternative, label):
+            words = ", ".join(f"'{w}'" for w in hits.get(tool, [])) or "none"
+            parts.append(f"words for {tool}: {words}")
+        probability = row["p_" + alternative]
+        parts.append(
+            f"model p({alternative})={probability:.2f}, p({label})={row['p_' + label]:.2f}"
+        )
+    others = [(i, t) for i, t in neighbour_labels if t != label]
+    if others:
+        shown = ", ".join(f"{i} ({t})" for i, t in others[:NEIGHBOURS_SHOWN])
+        more = f" +{len(others) - NEIGHBOURS_SHOWN} more" if len(others) > NEIGHBOURS_SHOWN else ""
+        parts.append(f"near-identical requests labelled otherwise: {shown}{more}")
+    if not row["parsed_ok"]:
+        parts.append("output is not one JSON object of the format")
+    elif not row["params_valid"]:
+        parts.append(f"params rejected by {row['predicted_tool']}'s schema")
+    return "; ".join(parts)
+
+
+def _favours(hits: dict[str, list[str]], tool: str, other: str) -> bool:
+    """The request's wording names `tool` and not `other`."""
+    return tool in hits and other not in hits
+
+
+def _categorise(
+    row: dict[str, Any],
+    hits: dict[str, list[str]],
+    duplicates: list[tuple[str, str]],
+    neighbours: list[tuple[str, str]],
+    catalogue: Catalogue,
+) -> tuple[Category | None, str | None]:
+    """The row's category (None for a right answer with a sound label) and the alternative tool.
+
+    Wording is evidence only for single-step requests: a multi-step request names every step's
+    tool by design, and its order and history (not its words) decide which one is next.
+    """
+    label, predicted = row["label_tool"], row["predicted_tool"]
+    valid_prediction = predicted if predicted in catalogue.names else None
+    conflicting = [t for _, t in duplicates if t != label]
+    if conflicting:
+        return Category.LABEL_CONFLICT, Counter(conflicting).most_common(1)[0][0]
+    neighbour_tools = Counter(t for _, t in neighbours if t != label)
+    # Near-identical requests that all carry this label are the data's consistent policy for
+    # this wording: then the model's confidence alone does not make the label ambiguous.
+    label_is_policy = bool(neighbours) and not neighbour_tools
+    if row["kind"] == "single":
+        candidates = [valid_prediction] if valid_prediction not in (None, label) else []
+        candidates += [t for t in neighbour_tools if t not in candidates]
+        for alternative in candidates:
+            confident = (
+                alternative == valid_prediction
+                and row["p_" + alternative] >= CONFIDENT
+                and not label_is_policy
+            )
+            if _favours(hits, alternative, label) and (confident or alternative in neighbour_tools):
+                return Category.LABEL_AMBIGUITY, alternative
+    for alternative, _ in neighbour_tools.most_common():
+        if row["kind"] != "single" or not _favours(hits, label, alternative):
+            return Category.LABEL_CONFLICT, alternative
+    if not (row["parsed_ok"] and row["params_valid"]):
+        return Category.FORMAT_ERROR, valid_prediction if valid_prediction != label else None
+    if predicted != label:
+        return Category.MODEL_ERROR, valid_prediction
+    return None, None
+
+
+def _proposed_solution(row: dict[str, Any]) -> str:
+    """The model's own answer, when it is a valid call of another tool (a reviewer may adopt it)."""
+    if not (row["parsed_ok"] and row["params_valid"]) or row["predicted_tool"] == row["label_tool"]:
+        return ""
+    return json.dumps(first_json_object(row["completion"]), ensure_ascii=False)
+
+
+def categorise(
+    frames: dict[str, pl.DataFrame],
+    catalogue: Catalogue | None = None,
+    cleanlab_flagged: Collection[str] = (),
+) -> list[Finding]:
+    """Findings for every error and every label issue in the predictions frames, by severity.
+
+    `frames` maps a split (`eval`, `train`) to its predictions frame. Near-identical requests
+    are looked up across all of them, so an eval row's label is checked against the training
+    data too. `cleanlab_flagged`: ids confident learning flags (see `ranked_label_issues`).
+    """
+    catalogue = catalogue or default_catalogue()
+    frames = {split: frame for split, frame in frames.items() if frame.height}
+    if not frames:
+        return []
+    rows = pl.concat(
+        [
+            frame.with_columns(normalised_prompt().alias("_same"), pl.lit(split).alias("_split"))
+            for split, frame in frames.items()
+        ],
+        how="diagonal_relaxed",
+    )
+    by_text: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    by_template: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    templates = [request_template(p) for p in rows["prompt"]]
+    for row_id, same, template, label in zip(
+        rows["id"], rows["_same"], templates, rows["label_tool"], strict=True
+    ):
+        by_text[same].append((row_id, label))
+        by_template[template].append((row_id, label))
+
+    # Label quality per split: the training rows were learned, the eval rows were not.
+    quality = np.concatenate([label_quality(frame, catalogue) for frame in frames.values()])
+    patterns = keyword_patterns(catalogue)
+    findings = []
+    for index, row in enumerate(rows.iter_rows(named=True)):
+        hits = keyword_hits(mask_identifiers(request_text(row["prompt"])), patterns)
+        duplicates = [(i, t) for i, t in by_text[row["_same"]] if i != row["id"]]
+        neighbours = [(i, t) for i, t in by_template[templates[index]] if i != row["id"]]
+        category, alternative = _categorise(row, hits, duplicates, neighbours, catalogue)
+        if category is None:
+            continue
+        findings.append(
+            Finding(
+                id=row["id"],
+                split=row["_split"],
+                source=row["source"],
+                prompt=row["prompt"],
+                label=row["label_tool"],
+                prediction=row["predicted_tool"],
+                category=category,
+                alternative=alternative,
+                evidence=_row_evidence(row, alternative, hits, neighbours),
+                score=round(float(1.0 - quality[index]), 6),
+                cleanlab_issue=row["id"] in cleanlab_flagged,
+                proposed_solution=_proposed_solution(row),
+            )
+        )
+    return sorted(findings, key=lambda f: (SEVERITY[f.category], -f.score, f.id))

@@ -1,0 +1,87 @@
+"""The data-quality report as markdown: verdict, counts, failures by check, conflicts, overrides."""
+
+from __future__ import annotations
+
+from toolgrpo.reporting.markdown import markdown_table
+from toolgrpo.schemas.data_quality import DataReport, LabelConflict
+from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.samples import check_rule
+from toolgrpo.validation.loader import LOAD_CHECK_RULES
+
+# Beyond this, the markdown and the Prefect table show the first rows; the CSV has them all.
+MAX_LISTED_FAILURES = 200
+
+
+def render_markdown(report: DataReport) -> str:
+    """The report as markdown: verdict, counts, failures by check, conflicts, overrides."""
+    verdict = "PASSED" if report.ok else "FAILED"
+    parts = [
+        f"# Data quality: {verdict}",
+        f"{report.valid_rows} of {report.rows} rows valid, {report.invalid_rows} invalid, "
+        f"{len(report.failures)} problem(s), {len(report.conflicts)} label conflict(s) "
+        f"(warnings), {len(report.overrides)} override(s) applied.",
+        "Files: " + ", ".join(f"`{f}`" for f in report.files),
+    ]
+    for dimension, counts in report.counts.items():
+        parts += [
+            f"## Rows by {dimension}",
+            markdown_table([{dimension: value, "rows": n} for value, n in counts.items()]),
+        ]
+    by_check: dict[str, int] = {}
+    for problem in report.failures:
+        by_check[problem.check] = by_check.get(problem.check, 0) + 1
+    if report.failures:
+        rules = [
+            {
+                "check": check,
+                "problems": n,
+                "rule": LOAD_CHECK_RULES.get(check) or check_rule(check),
+            }
+            for check, n in by_check.items()
+        ]
+        parts += ["## Failures by check", markdown_table(rules)]
+        listed = report.failures[:MAX_LISTED_FAILURES]
+        parts += ["## Failures", "\n".join(f"- `{p}`" for p in listed)]
+        if len(report.failures) > len(listed):
+            parts.append(f"... {len(report.failures) - len(listed)} more in failures.csv")
+    if report.conflicts:
+        conflicts = [
+            {
+                "normalised prompt": c.prompt[:120],
+                "tools": ", ".join(c.tools),
+                "rows": ", ".join(r.location for r in c.rows),
+            }
+            for c in report.conflicts
+        ]
+        parts += ["## Label conflicts (warnings, for annotators)", markdown_table(conflicts)]
+    if report.overrides:
+        overrides = [
+            {
+                "id": o.id,
+                "row": o.row,
+                "label": f"{o.old_tool} → {o.new_tool}",
+                "reason": o.reason,
+                "reviewer": o.reviewer,
+                "override": o.override,
+            }
+            for o in report.overrides
+        ]
+        parts += ["## Label overrides applied", markdown_table(overrides)]
+    if report.warnings:
+        parts += ["## Warnings", "\n".join(f"- {w}" for w in report.warnings)]
+    return "\n\n".join(parts) + "\n"
+
+
+def failure_records(failures: list[Problem]) -> list[dict[str, object]]:
+    return [
+        {"file": p.file, "line": p.line, "id": p.id, "check": p.check, "message": p.message}
+        for p in failures
+    ]
+
+
+def conflict_records(conflicts: list[LabelConflict]) -> list[dict[str, object]]:
+    return [
+        {"prompt": c.prompt, "id": r.id, "location": r.location, "tool": r.tool}
+        for c in conflicts
+        for r in c.rows
+    ]

@@ -1,0 +1,126 @@
+"""The plots of the reports, built without pyplot: no global state, no display backend."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from toolgrpo.ablation.arms import ARMS, START_LABELS
+from toolgrpo.ablation.summary import AblationSummary
+from toolgrpo.evaluation.metrics import EvalMetrics, Headline
+from toolgrpo.reporting.run_report import stage_rows
+
+
+def plot_rewards(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:
+    """GRPO reward and its components (mean per step)."""
+    lines = [m for m in grpo_metrics if "reward" in m]
+    steps = [m["step"] for m in lines]
+    components = sorted({k for m in lines for k in m if re.fullmatch(r"rewards/.+/mean", k)})
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    ax.plot(steps, [m["reward"] for m in lines], label="total reward", linewidth=2.5)
+    for key in components:
+        ax.plot(steps, [m.get(key) for m in lines], label=key.split("/")[1], linewidth=1.2)
+    ax.set(xlabel="GRPO step", ylabel="mean reward", title="Reward and its components per step")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_zero_std(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:
+    """Share of groups with zero reward std per step, and the share the calibration changed."""
+    lines = [m for m in grpo_metrics if m.get("groups")]
+    steps = [m["step"] for m in lines]
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    ax.plot(steps, [m["zero_std_groups"] / m["groups"] for m in lines], label="zero-std groups")
+    ax.plot(
+        steps,
+        [m["calibrated_groups"] / m["groups"] for m in lines],
+        label="changed by NGRPO calibration",
+        linestyle="--",
+    )
+    ax.set(xlabel="GRPO step", ylabel="share of groups", title="Zero-std groups per step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_accuracy(accuracy: dict[str, Headline], path: Path) -> Path:
+    """Accuracy by slice, one bar per stage, side by side."""
+    names, values = stage_rows(accuracy)
+    x = np.arange(len(names))
+    width = 0.8 / max(len(accuracy), 1)
+    fig = Figure(figsize=(10, 4.5))
+    ax = fig.subplots()
+    for i, (stage, rows) in enumerate(values.items()):
+        heights = [100 * (rows.get(name) or 0) for name in names]
+        bars = ax.bar(x + i * width, heights, width, label=stage)
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks(x + width * (len(accuracy) - 1) / 2, names, rotation=30, ha="right")
+    ax.set(ylabel="tool accuracy (%)", title="Accuracy by slice, before vs after GRPO")
+    ax.set_ylim(0, 110)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_confusion(metrics: EvalMetrics, path: Path) -> Path:
+    """Confusion matrix heatmap (rows: label, columns: prediction)."""
+    confusion = metrics.confusion
+    counts = np.array(confusion.counts)
+    fig = Figure(figsize=(7.5, 6))
+    ax = fig.subplots()
+    ax.imshow(counts, cmap="Blues")
+    ax.set_xticks(range(len(confusion.predicted)), confusion.predicted, rotation=45, ha="right")
+    ax.set_yticks(range(len(confusion.labels)), confusion.labels)
+    for (row, col), count in np.ndenumerate(counts):
+        if count:
+            dark = count > counts.max() / 2
+            ax.text(col, row, count, ha="center", va="center", color="white" if dark else "black")
+    ax.set(xlabel="predicted", ylabel="label", title="Confusion matrix after GRPO")
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_multi_step(summary: AblationSummary, path: Path) -> Path:
+    """Multi-step accuracy against GRPO step, one panel per start: mean line, min–max band."""
+    starts = summary.starts
+    fig = Figure(figsize=(6 * len(starts), 4))
+    axes = fig.subplots(1, len(starts), sharey=True, squeeze=False)
+    colours = dict(zip(ARMS, colormaps["tab10"].colors, strict=False))
+    for ax, start in zip(axes[0], starts, strict=True):
+        for arm in (a for a in summary.arms if a.start == start and a.arm != "sft"):
+            points = [p for p in arm.curve if p.metrics["multi"] is not None]
+            steps = [p.step for p in points]
+            spreads = [p.metrics["multi"] for p in points]
+            colour = colours[arm.arm]
+            means = [100 * s.mean for s in spreads]
+            ax.plot(steps, means, marker="o", color=colour, label=arm.label)
+            ax.fill_between(
+                steps,
+                [100 * s.low for s in spreads],
+                [100 * s.high for s in spreads],
+                color=colour,
+                alpha=0.15,
+            )
+        ax.set(xlabel="GRPO step (0 = SFT)", title=START_LABELS[start])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("multi-step accuracy (%)")
+    return _save(fig, path)

@@ -1,0 +1,90 @@
+"""The run report: report.md (before/after, NGRPO, plots, slices, review queue) and report.html."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+from toolgrpo.evaluation.metrics import EvalMetrics, Headline
+from toolgrpo.mining.report import MiningReport
+from toolgrpo.reporting.evaluation import metrics_tables
+from toolgrpo.reporting.markdown import markdown_table, percent
+from toolgrpo.reporting.mining import findings_markdown
+from toolgrpo.schemas.run import RunSummary
+
+
+def stage_rows(
+    accuracy: dict[str, Headline],
+) -> tuple[list[str], dict[str, dict[str, float | None]]]:
+    """Every row name any stage has, in table order, and each stage's numbers by row name."""
+    values = {stage: headline.rows() for stage, headline in accuracy.items()}
+    return list(dict.fromkeys(name for rows in values.values() for name in rows)), values
+
+
+def before_after_rows(accuracy: dict[str, Headline]) -> list[dict[str, str]]:
+    """One row per headline number (pooled, per step, per data file), one column per stage."""
+    names, values = stage_rows(accuracy)
+    return [
+        {"accuracy": name, **{stage: percent(rows.get(name)) for stage, rows in values.items()}}
+        for name in names
+    ]
+
+
+def report_markdown(
+    summary: RunSummary, after: EvalMetrics, mining: MiningReport, plots: dict[str, Path]
+) -> str:
+    """report.md: the summary, before/after table, plots, slices, confusion, review queue."""
+    reuse = (
+        "Data and config unchanged since a previous run: the cached models were reused, "
+        "nothing was retrained."
+        if not summary.retrained
+        else "Trained on this run's data."
+    )
+    rows = ", ".join(f"{Path(name).name} {n}" for name, n in summary.rows.items())
+    wall = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in summary.wall_s.items())
+    images = [
+        f"![{name}]({path.relative_to(summary.run_dir).as_posix()})" for name, path in plots.items()
+    ]
+    tables = metrics_tables(after)
+    return "\n\n".join(
+        [
+            f"# toolgrpo retrain — preset `{summary.preset}`",
+            f"Run folder: `{summary.run_dir}`  \nData hash `{summary.data_hash[:12]}`, config hash "
+            f"`{summary.config_hash[:12]}`. {reuse}  \nRows: {rows}.  \nWall time: {wall}.",
+            "## Tool accuracy before and after GRPO",
+            markdown_table(before_after_rows(summary.accuracy)),
+            f"NGRPO: `{summary.zero_std.line()}`; the calibration changed "
+            f"{summary.zero_std.changed} of those groups.",
+            "## Plots",
+            "\n\n".join(images),
+            "## After GRPO, by slice",
+            markdown_table(tables["slices"]),
+            "## Confusion matrix after GRPO (rows: label, columns: prediction)",
+            markdown_table(tables["confusion"]),
+            findings_markdown(mining, top=15),
+        ]
+    )
+
+
+def report_html(markdown: str, run_dir: Path) -> str:
+    """A self-contained HTML page of `markdown`, its images inlined as data URIs."""
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+
+    def inline(match: re.Match[str]) -> str:
+        data = base64.b64encode((run_dir / match.group(1)).read_bytes()).decode("ascii")
+        return f'src="data:image/png;base64,{data}"'
+
+    body = re.sub(r'src="([^"]+\.png)"', inline, body)
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+        "th{background:#f3f3f3}img{max-width:100%;margin:0.5em 0}code{background:#f6f6f6}"
+    )
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>toolgrpo report</title>'
+        f"<style>{style}</style></head><body>{body}</body></html>"
+    )

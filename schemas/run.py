@@ -1,0 +1,50 @@
+"""The run summary (summary.json): what automation reads after a retrain run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from toolgrpo.evaluation.metrics import Headline
+
+
+class ZeroStdGroups(BaseModel):
+    """GRPO groups whose completions all got one reward (no signal for plain GRPO)."""
+
+    zero: int
+    total: int
+    changed: int = Field(description="groups whose advantages the NGRPO calibration changed")
+
+    @classmethod
+    def from_metrics(cls, metrics: list[dict[str, Any]]) -> ZeroStdGroups:
+        """The run's totals: the last line of a GRPO stage's train_metrics.jsonl that has them."""
+        last = next((line for line in reversed(metrics) if "groups_total" in line), {})
+        return cls(
+            zero=last.get("zero_std_groups_total", 0),
+            total=last.get("groups_total", 0),
+            changed=last.get("calibrated_groups_total", 0),
+        )
+
+    def line(self) -> str:
+        """The case study's log line: `Zero std: 3243/5108 (63.5%)`."""
+        share = 100 * self.zero / self.total if self.total else 0.0
+        return f"Zero std: {self.zero}/{self.total} ({share:.1f}%)"
+
+
+class RunSummary(BaseModel):
+    """summary.json: what automation reads after a run."""
+
+    preset: str
+    run_dir: Path
+    data_hash: str
+    config_hash: str
+    rows: dict[str, int] = Field(description="validated rows per data file")
+    retrained: bool = Field(description="False when data and config were unchanged (cache hit)")
+    models: dict[str, Path] = Field(description="stage → model directory")
+    accuracy: dict[str, Headline] = Field(description="stage → tool accuracy after that stage")
+    zero_std: ZeroStdGroups
+    flagged_label_ambiguity: list[str]
+    flagged_label_conflict: list[str]
+    wall_s: dict[str, float] = Field(description="stage → wall time in seconds")

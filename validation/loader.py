@@ -1,0 +1,281 @@
+"""Load sample files (JSONL or parquet) into one polars frame that remembers each row's file:line.
+
+A line that cannot become a row (broken JSON, not an object, invalid UTF-8, a missing field, a
+wrong type) is reported as a `Problem` and counted, never dropped silently. Files are only read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import ValidationError
+
+from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
+from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.samples import RECORD_SCHEMA, SampleRecord
+
+# The names of the checks that run while reading, as they appear in reports.
+FILE_EXISTS = "file_exists"
+FILE_READABLE = "file_readable"
+FILE_NOT_EMPTY = "file_not_empty"
+VALID_UTF8 = "valid_utf8"
+VALID_JSON = "valid_json"
+JSON_OBJECT = "json_object"
+REQUIRED_FIELDS = "required_fields"
+FIELD_TYPES = "field_types"
+OVERRIDE_VALID = "override_valid"
+OVERRIDE_UNIQUE = "override_unique"
+OVERRIDE_APPLICABLE = "override_applicable"
+LOAD_CHECK_RULES = {
+    FILE_EXISTS: "The file exists.",
+    FILE_READABLE: "The file can be read (a .parquet file is valid parquet).",
+    FILE_NOT_EMPTY: "The file has at least one row.",
+    VALID_UTF8: "Every line is UTF-8 text.",
+    VALID_JSON: "Every line is valid JSON.",
+    JSON_OBJECT: "Every line is a JSON object.",
+    REQUIRED_FIELDS: "A row has every field of the contract.",
+    FIELD_TYPES: "Each field has its JSON type: strings, and integers for step and n_steps.",
+    OVERRIDE_VALID: "An override has id, tool, reason, reviewer (strings) and maybe a solution.",
+    OVERRIDE_UNIQUE: "An id is overridden at most once.",
+    OVERRIDE_APPLICABLE: "An override without a solution leaves params valid for the new tool.",
+}
+
+_JSON_TYPE_NAMES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+@dataclass(frozen=True)
+class LoadedSamples:
+    """What the loader read: the rows that fit the record types, plus every problem found."""
+
+    files: list[str]  # as given, in order
+    frame: pl.DataFrame  # `file`, `line` and the contract's columns, in file order
+    rows_read: int  # every non-blank line or parquet row, readable or not
+    problems: list[Problem] = field(default_factory=list)
+    overrides: list[AppliedOverride] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _describe(value: Any) -> str:
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _record_problems(file: str, line: int, error: ValidationError, row: Any) -> list[Problem]:
+    """One problem per thing wrong with a record (`row`, as parsed): its JSON, its shape, its
+    missing fields, its field types."""
+    errors = error.errors(include_url=False)
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        return [
+            Problem(file=file, line=line, check=VALID_JSON, message=f"not JSON: {first['msg']}")
+        ]
+    if first["loc"] == ():
+        shape = _describe(first["input"])
+        message = f"line is {shape}, not a JSON object"
+        return [Problem(file=file, line=line, check=JSON_OBJECT, message=message)]
+    row_id = row.get("id") if isinstance(row, dict) and isinstance(row.get("id"), str) else None
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing"]
+    problems = []
+    if missing:
+        message = f"missing field(s): {', '.join(missing)}"
+        problems.append(
+            Problem(file=file, line=line, check=REQUIRED_FIELDS, message=message, id=row_id)
+        )
+    for e in errors:
+        if e["type"] != "missing":
+            name = ".".join(str(part) for part in e["loc"])
+            message = f"field {name} is {_describe(e['input'])} {e['input']!r}: {e['msg']}"
+            problems.append(
+                Problem(file=file, line=line, check=FIELD_TYPES, message=message, id=row_id)
+            )
+    return problems
+
+
+def _jsonl_lines(path: Path, file: str) -> Iterator[tuple[int, str | Problem]]:
+    """(line number, text) for each non-blank line; a Problem where the bytes are not UTF-8."""
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                # utf-8-sig: tolerate the byte-order mark some editors write
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                byte = raw[error.start : error.start + 1]
+                message = f"line is not valid UTF-8 (byte {error.start}: {byte!r})"
+                yield number, Problem(file=file, line=number, check=VALID_UTF8, message=message)
+
+
+def _read_jsonl(path: Path, file: str) -> Iterator[tuple[int, SampleRecord | list[Problem]]]:
+    for number, text in _jsonl_lines(path, file):
+        if isinstance(text, Problem):
+            yield number, [text]
+            continue
+        try:
+            yield number, SampleRecord.model_validate_json(text)
+        except ValidationError as error:
+            yield number, _record_problems(file, number, error, _json_or_none(text))
+
+
+def _read_parquet(path: Path, file: str) -> Iterator[tuple[int, SampleRecord | list[Problem]]]:
+    for number, row in enumerate(pl.read_parquet(path).iter_rows(named=True), start=1):
+        try:
+            yield number, SampleRecord.model_validate(row)
+        except ValidationError as error:
+            yield number, _record_problems(file, number, error, row)
+
+
+def _read_file(path: Path) -> tuple[list[dict[str, Any]], int, list[Problem]]:
+    """A file's readable records (with file and line), how many rows it had, and its problems."""
+    file = str(path)
+    if not path.exists():
+        return [], 0, [Problem(file=file, line=None, check=FILE_EXISTS, message="no such file")]
+    reader = _read_parquet if path.suffix == ".parquet" else _read_jsonl
+    records, problems, rows = [], [], 0
+    try:
+        for number, record in reader(path, file):
+            rows += 1
+            if isinstance(record, SampleRecord):
+                records.append({"file": file, "line": number, **record.model_dump()})
+            else:
+                problems.extend(record)
+    except (OSError, pl.exceptions.PolarsError) as error:
+        message = f"cannot read: {type(error).__name__}: {error}"
+        problems.append(Problem(file=file, line=None, check=FILE_READABLE, message=message))
+    if rows == 0 and not problems:
+        problems.append(Problem(file=file, line=None, check=FILE_NOT_EMPTY, message="no rows"))
+    return records, rows, problems
+
+
+def _read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], list[Problem]]:
+    """Overrides by row id with their line, and the problems of the overrides file itself."""
+    file = str(path)
+    if not path.exists():
+        return {}, [Problem(file=file, line=None, check=FILE_EXISTS, message="no such file")]
+    overrides: dict[str, tuple[int, LabelOverride]] = {}
+    problems = []
+    for number, text in _jsonl_lines(path, file):
+        if isinstance(text, Problem):
+            problems.append(text)
+            continue
+        try:
+            override = LabelOverride.model_validate_json(text)
+        except ValidationError as error:
+            reasons = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'line'}: {e['msg']}"
+                for e in error.errors(include_url=False)
+            )
+            problems.append(Problem(file=file, line=number, check=OVERRIDE_VALID, message=reasons))
+            continue
+        if override.id in overrides:
+            first = overrides[override.id][0]
+            message = f"id {override.id!r} is already overridden on line {first}"
+            problems.append(Problem(file=file, line=number, check=OVERRIDE_UNIQUE, message=message))
+            continue
+        overrides[override.id] = (number, override)
+    return overrides, problems
+
+
+def _relabelled_solution(solution: str, override: LabelOverride) -> tuple[str | None, str | None]:
+    """(new solution, None) or (None, why the override cannot be applied)."""
+    if override.solution is not None:
+        return override.solution, None
+    try:
+        parsed = json.loads(solution)
+        params = parsed["action"]["params"]
+        parsed["action"]["tool"] = override.tool
+    except (ValueError, TypeError, KeyError):
+        return None, "the row's solution has no action to relabel; give a full `solution`"
+    error = default_catalogue().params_error(override.tool, params)
+    if error is not None:
+        return (
+            None,
+            f"the row's params do not fit {override.tool} ({error}); give a full `solution`",
+        )
+    return json.dumps(parsed, ensure_ascii=False), None
+
+
+def _apply_overrides(
+    frame: pl.DataFrame, path: Path
+) -> tuple[pl.DataFrame, list[AppliedOverride], list[Problem], list[str]]:
+    """`frame` with the overrides in `path` applied to the rows with their ids."""
+    overrides, problems = _read_overrides(path)
+    matching = frame.filter(pl.col("id").is_in(list(overrides))).select(
+        "id", "file", "line", "tool", "solution"
+    )
+    applied, replacements = [], []
+    for row in matching.iter_rows(named=True):
+        number, override = overrides[row["id"]]
+        solution, error = _relabelled_solution(row["solution"], override)
+        if error is not None:
+            problems.append(
+                Problem(
+                    file=str(path),
+                    line=number,
+                    check=OVERRIDE_APPLICABLE,
+                    message=error,
+                    id=row["id"],
+                )
+            )
+            continue
+        replacements.append({"id": row["id"], "tool": override.tool, "solution": solution})
+        applied.append(
+            AppliedOverride(
+                id=row["id"],
+                row=f"{row['file']}:{row['line']}",
+                override=f"{path}:{number}",
+                old_tool=row["tool"],
+                new_tool=override.tool,
+                reason=override.reason,
+                reviewer=override.reviewer,
+            )
+        )
+    unmatched = sorted(set(overrides) - set(matching["id"]))
+    warnings = [
+        f"{path}:{overrides[i][0]}: override for id {i!r} matches no row" for i in unmatched
+    ]
+    if replacements:
+        replacement = pl.DataFrame(
+            replacements, schema={k: pl.String for k in ("id", "tool", "solution")}
+        )
+        frame = frame.update(replacement, on="id")
+    return frame, applied, problems, warnings
+
+
+def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> LoadedSamples:
+    """Every row of `paths` as one frame with `file` and `line`, plus what could not be read.
+
+    `overrides` (JSONL of `LabelOverride`) relabels the rows with matching ids.
+    """
+    records, rows_read, problems = [], 0, []
+    for path in paths:
+        file_records, file_rows, file_problems = _read_file(Path(path))
+        records.extend(file_records)
+        rows_read += file_rows
+        problems.extend(file_problems)
+    frame = pl.DataFrame(records, schema={"file": pl.String, "line": pl.Int64, **RECORD_SCHEMA})
+    applied, warnings = [], []
+    if overrides is not None:
+        frame, applied, override_problems, warnings = _apply_overrides(frame, Path(overrides))
+        problems.extend(override_problems)
+    return LoadedSamples([str(p) for p in paths], frame, rows_read, problems, applied, warnings)
