@@ -1,0 +1,1 @@
+"""Builds the shipped dataset: wording from data/phrases/, steps and scenarios, the build."""

@@ -1,9 +1,12 @@
-"""The shipped dataset's contract: counts, splits, labels, phrasing hold-out, reproducibility."""
+"""The shipped dataset's contract (counts, splits, labels, phrasing hold-out, reproducibility)
+and the generator's structure: phrase files, step builders, placeholders."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
+import string
 from collections import Counter
 from pathlib import Path
 
@@ -12,14 +15,23 @@ import pytest
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.cli import generate
 from toolgrpo.generator.build import (
-    MULTI_TEMPLATES,
-    PATTERNS,
     PLANTED_FILE,
-    SINGLE_TEMPLATES,
+    SINGLE_ROWS,
     Dataset,
     build_dataset,
     normalise_prompt,
 )
+from toolgrpo.generator.phrases import (
+    LANGS,
+    PHRASES_DIR,
+    PhraseList,
+    planted_phrases,
+    tool_phrases,
+    vocabulary,
+)
+from toolgrpo.generator.scenarios import PATTERNS
+from toolgrpo.generator.slots import draw_slots
+from toolgrpo.generator.steps import STEP_BUILDERS
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.schemas.completion import Completion
 from toolgrpo.training.rewards import thought_action_consistent
@@ -67,6 +79,12 @@ def _request(row: dict) -> str:
     return row["prompt"].split(HISTORY_MARK)[0]
 
 
+def _request_lists() -> dict[str, PhraseList]:
+    """Every tool's and pattern's requests, by name."""
+    tools = {tool: tool_phrases(tool).requests for tool in SINGLE_ROWS}
+    return tools | {name: pattern.phrases.requests for name, pattern in PATTERNS.items()}
+
+
 def test_generate_command_reproduces_shipped_files_byte_for_byte(tmp_path: Path):
     for out in (tmp_path / "a", tmp_path / "b"):
         assert generate(seed=0, out=out) == 0
@@ -82,6 +100,35 @@ def test_generate_command_reports_an_unwritable_output_folder(tmp_path: Path, ca
     assert generate(seed=0, out=blocker) == 2
     assert "cannot write the dataset" in capsys.readouterr().err
     assert blocker.read_text() == "not a folder"
+
+
+def test_every_phrase_file_loads_and_each_is_used_by_a_catalogue_tool_or_pattern():
+    tools = load_catalogue().names
+    expected = {f"tools/{tool}.yaml" for tool in tools} | {"planted.yaml", "vocabulary.yaml"}
+    expected |= {f"scenarios/{name}.yaml" for name in PATTERNS}
+    found = {path.relative_to(PHRASES_DIR).as_posix() for path in PHRASES_DIR.rglob("*.yaml")}
+    assert found == expected
+    assert planted_phrases().thought and vocabulary().symbols  # each loader validates its file
+    assert set(SINGLE_ROWS) == set(tools)
+    for name, requests in _request_lists().items():
+        # enough requests per language to keep some for train after the unseen hold-out
+        least = 10 if name in tools else 5
+        assert all(len(requests.of(lang)) >= least for lang in LANGS), name
+
+
+def test_step_builders_cover_every_catalogue_tool_and_every_scenario_step():
+    assert set(STEP_BUILDERS) == set(load_catalogue().names)
+    for name, pattern in PATTERNS.items():
+        assert {step.tool for step in pattern.phrases.steps} <= set(STEP_BUILDERS), name
+
+
+def test_requests_name_only_slot_placeholders():
+    slot_names = set(draw_slots(random.Random(0), "en").placeholders())
+    for name, requests in _request_lists().items():
+        for lang in LANGS:
+            for template in requests.of(lang):
+                fields = {field for _, field, _, _ in string.Formatter().parse(template) if field}
+                assert fields <= slot_names, (name, lang, template)
 
 
 def test_train_files_have_the_case_study_row_counts(shipped):
@@ -134,21 +181,20 @@ def test_normalised_prompts_are_unique_across_all_files(all_rows):
     assert [p for p, n in counts.items() if n > 1] == []
 
 
-def test_unseen_phrasing_rows_use_only_templates_absent_from_train(dataset):
+def test_unseen_phrasing_rows_use_only_phrasings_absent_from_train(dataset):
     train_ids = [r["id"] for name in FILES[:2] for r in dataset.files[name]]
     unseen_ids = [r["id"] for r in dataset.files["eval/unseen_phrasing.jsonl"]]
-    train_templates = {dataset.template_of[i] for i in train_ids}
-    unseen_templates = {dataset.template_of[i] for i in unseen_ids}
-    assert unseen_templates.isdisjoint(train_templates)
+    train_phrasings = {dataset.phrasing_of[i] for i in train_ids}
+    unseen_phrasings = {dataset.phrasing_of[i] for i in unseen_ids}
+    assert unseen_phrasings.isdisjoint(train_phrasings)
     # every phrasing is used somewhere: held out ones in unseen, the rest in train
     every = {
         f"{name}.{lang}.{i}"
-        for table in (SINGLE_TEMPLATES, MULTI_TEMPLATES)
-        for name, by_lang in table.items()
-        for lang, templates in by_lang.items()
-        for i in range(len(templates))
+        for name, requests in _request_lists().items()
+        for lang in LANGS
+        for i in range(len(requests.of(lang)))
     }
-    assert train_templates | unseen_templates == every
+    assert train_phrasings | unseen_phrasings == every
 
 
 def test_every_solution_parses_and_its_params_satisfy_the_tool_schema(all_rows):
@@ -214,7 +260,7 @@ def test_condition_fails_branch_is_common_in_conditional_scenarios(dataset):
             row
             for row in dataset.files[name]
             if row["step"] == row["n_steps"]
-            and PATTERNS[dataset.template_of[row["id"]].split(".")[0]].conditional
+            and PATTERNS[dataset.phrasing_of[row["id"]].split(".")[0]].conditional
         ]
         fails = sum(row["tool"] == "respond" for row in last_steps) / len(last_steps)
         assert 0.3 <= fails <= 0.6, (name, fails)
@@ -223,7 +269,7 @@ def test_condition_fails_branch_is_common_in_conditional_scenarios(dataset):
 def test_exactly_the_conditional_last_steps_say_which_branch_they_label(dataset):
     for name, rows in dataset.files.items():
         for row in rows:
-            pattern = dataset.template_of[row["id"]].split(".")[0]
+            pattern = dataset.phrasing_of[row["id"]].split(".")[0]
             conditional = pattern in PATTERNS and PATTERNS[pattern].conditional
             if conditional and row["step"] == row["n_steps"]:
                 expected = "fails" if row["tool"] == "respond" else "holds"
@@ -243,10 +289,10 @@ def test_planted_ambiguity_rows_are_withdraw_requests_labelled_check_balance(shi
             row = rows[row_id]
             prompt = row["prompt"].lower()
             assert row["tool"] == "check_balance", row_id
-            assert dataset.template_of[row_id].startswith("withdraw."), row_id
+            assert dataset.phrasing_of[row_id].startswith("withdraw."), row_id
             assert not any(word in prompt for word in balance_words), row_id
     labels = {row["id"]: row["tool"] for rows in dataset.files.values() for row in rows}
-    genuine = [i for i, t in dataset.template_of.items() if t.startswith("withdraw.")]
+    genuine = [i for i, t in dataset.phrasing_of.items() if t.startswith("withdraw.")]
     assert {labels[i] for i in genuine if i not in planted["ids"]} == {"withdraw"}
     all_ids = {row["id"] for rows in shipped.values() for row in rows}
     assert set(planted["ids"]) <= all_ids and planted["why"]
