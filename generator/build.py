@@ -18,6 +18,7 @@ from toolgrpo.generator.scenarios import PATTERNS
 from toolgrpo.generator.slots import Slots, draw_slots
 from toolgrpo.generator.steps import Step, planted_check_first, single_step
 from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.samples import normalise_prompt
 
 Split = Literal["train", "eval"]
 Kind = Literal["single", "multi"]
@@ -114,11 +115,6 @@ class Dataset:
     files: dict[str, list[dict[str, Any]]]
     planted_ids: list[str]
     phrasing_of: dict[str, str] = field(default_factory=dict)
-
-
-def normalise_prompt(prompt: str) -> str:
-    """The form under which two prompts count as the same request (case and spacing ignored)."""
-    return " ".join(prompt.lower().split())
 
 
 def _trained_count(requests: PhraseList, lang: Lang, held_out: int) -> int:

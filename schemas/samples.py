@@ -156,8 +156,16 @@ def has_previous_steps_section() -> pl.Expr:
 
 
 def normalised_prompt() -> pl.Expr:
-    """The prompt lower-cased with runs of whitespace collapsed: equal for trivially equal rows."""
+    """The prompt lower-cased with runs of whitespace collapsed: equal for trivially equal rows.
+
+    `normalise_prompt` is the same rule for one string (the generator's); a test keeps them equal.
+    """
     return pl.col("prompt").str.to_lowercase().str.replace_all(r"\s+", " ").str.strip_chars()
+
+
+def normalise_prompt(prompt: str) -> str:
+    """`normalised_prompt` for one string."""
+    return " ".join(prompt.lower().split())
 
 
 class Sample(pa.DataFrameModel):

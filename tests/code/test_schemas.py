@@ -7,10 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolgrpo.schemas.data_quality import DataReport
-from toolgrpo.schemas.samples import check_names, check_rule
+from toolgrpo.schemas.samples import (
+    check_names,
+    check_rule,
+    normalise_prompt,
+    normalised_prompt,
+)
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
 
@@ -243,3 +251,10 @@ def test_same_prompt_with_different_labels_is_a_label_conflict_not_a_failure(tmp
 def test_every_check_states_its_rule_in_words():
     for check in check_names():
         assert len(check_rule(check).split()) >= 4, check
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("aB 中\t\n\u3000x.")), max_size=30))
+def test_one_prompt_normalises_as_the_column_rule_does(prompt):
+    column = pl.DataFrame({"prompt": [prompt]}).select(normalised_prompt()).item()
+    assert normalise_prompt(prompt) == column

@@ -19,7 +19,6 @@ from toolgrpo.generator.build import (
     SINGLE_ROWS,
     Dataset,
     build_dataset,
-    normalise_prompt,
 )
 from toolgrpo.generator.phrases import (
     LANGS,
@@ -34,6 +33,7 @@ from toolgrpo.generator.slots import draw_slots
 from toolgrpo.generator.steps import STEP_BUILDERS
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.schemas.completion import Completion
+from toolgrpo.schemas.samples import normalise_prompt
 from toolgrpo.training.rewards import thought_action_consistent
 
 FILES = [
