@@ -25,7 +25,7 @@ from toolgrpo.evaluation.predict import EvalSettings, predict
 from toolgrpo.mining.confident import ranked_label_issues
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.catalogue import load_catalogue
-from toolgrpo.tasks.load import load_samples
+from toolgrpo.validation.loader import load_samples
 
 app = cyclopts.App(help=__doc__)
 
@@ -57,7 +57,7 @@ def main(
         settings = EvalSettings(torch_threads=torch_threads)
         started = time.perf_counter()
         splits = [sorted((DATA_DIR / split).glob("*.jsonl")) for split in ("eval", "train")]
-        frames = [predict(model, load_samples.fn(paths).frame, settings) for paths in splits]
+        frames = [predict(model, load_samples(paths).frame, settings) for paths in splits]
         seconds = time.perf_counter() - started
         print(f"evaluated {sum(f.height for f in frames)} rows in {seconds:.0f} s")
     elif eval_predictions is not None:

@@ -22,6 +22,7 @@ from toolgrpo.ablation.arms import ARMS, STARTS, AblationError, Start, arm_confi
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings
+from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.tasks.ablation import (
     AblationReport,
     eval_samples,
@@ -63,11 +64,7 @@ def parse_params(**values: Any) -> AblationParams:
         params = AblationParams(**values)
         load_preset(params.preset, **params.overrides)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
-            for item in error.errors()
-        )
-        raise AblationError(f"invalid ablation settings: {problems}") from None
+        raise AblationError(f"invalid ablation settings: {validation_problems(error)}") from None
     except ConfigError as error:
         raise AblationError(str(error)) from None
     for name in ("arms", "starts"):

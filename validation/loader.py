@@ -16,6 +16,7 @@ import polars as pl
 from pydantic import ValidationError
 
 from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
 from toolgrpo.schemas.problems import Problem
 from toolgrpo.schemas.samples import RECORD_SCHEMA, SampleRecord
@@ -181,10 +182,7 @@ def _read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], l
         try:
             override = LabelOverride.model_validate_json(text)
         except ValidationError as error:
-            reasons = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'line'}: {e['msg']}"
-                for e in error.errors(include_url=False)
-            )
+            reasons = validation_problems(error, whole="line")
             problems.append(Problem(file=file, line=number, check=OVERRIDE_VALID, message=reasons))
             continue
         if override.id in overrides:
