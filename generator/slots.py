@@ -17,45 +17,36 @@ class Money:
     text: str
 
 
+@dataclass(frozen=True)
+class MoneyStyle:
+    """One way people type an amount: how its value is drawn and how it is written."""
+
+    draw: Callable[[random.Random], int]
+    write: Callable[[int], str]
+
+    def __call__(self, rng: random.Random) -> Money:
+        value = self.draw(rng)
+        return Money(value, self.write(value))
+
+
 # Amounts written the way people type them: 5,000 / 100k / 500 rupees, or 10万 / 3000元 / 200块.
-def _with_commas(rng: random.Random) -> Money:
-    value = rng.randint(2, 400) * 250
-    return Money(value, f"{value:,}")
-
-
-def _thousands(rng: random.Random) -> Money:
-    value = rng.randint(1, 250) * 1000
-    return Money(value, f"{value // 1000}k")
-
-
-def _rupees(rng: random.Random) -> Money:
-    value = rng.choice([rng.randint(1, 20) * 5, rng.randint(1, 500) * 100])
-    return Money(value, f"{value:,} rupees")
-
-
-def _plain(rng: random.Random) -> Money:
-    value = rng.randint(5, 2000) * 10
-    return Money(value, str(value))
-
-
-def _wan(rng: random.Random) -> Money:
-    value = rng.randint(2, 200) * 5000
-    return Money(value, f"{value / 10000:g}万")
-
-
-def _yuan(rng: random.Random) -> Money:
-    value = rng.randint(5, 2000) * 10
-    return Money(value, f"{value}元")
-
-
-def _kuai(rng: random.Random) -> Money:
-    value = rng.randint(1, 200) * 50
-    return Money(value, f"{value}块")
-
-
-MONEY_STYLES: dict[Lang, tuple[Callable[[random.Random], Money], ...]] = {
-    "en": (_with_commas, _thousands, _rupees, _plain),
-    "zh": (_wan, _yuan, _with_commas, _kuai),
+WITH_COMMAS = MoneyStyle(lambda rng: rng.randint(2, 400) * 250, lambda v: f"{v:,}")
+MONEY_STYLES: dict[Lang, tuple[MoneyStyle, ...]] = {
+    "en": (
+        WITH_COMMAS,
+        MoneyStyle(lambda rng: rng.randint(1, 250) * 1000, lambda v: f"{v // 1000}k"),
+        MoneyStyle(
+            lambda rng: rng.choice([rng.randint(1, 20) * 5, rng.randint(1, 500) * 100]),
+            lambda v: f"{v:,} rupees",
+        ),
+        MoneyStyle(lambda rng: rng.randint(5, 2000) * 10, str),
+    ),
+    "zh": (
+        MoneyStyle(lambda rng: rng.randint(2, 200) * 5000, lambda v: f"{v / 10000:g}万"),
+        MoneyStyle(lambda rng: rng.randint(5, 2000) * 10, lambda v: f"{v}元"),
+        WITH_COMMAS,
+        MoneyStyle(lambda rng: rng.randint(1, 200) * 50, lambda v: f"{v}块"),
+    ),
 }
 
 
