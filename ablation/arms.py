@@ -51,23 +51,22 @@ def start_config(
     preset: str, start: Start, seed: int, torch_threads: int, overrides: dict[str, Any]
 ) -> TrainConfig:
     """The SFT config of one starting checkpoint: the preset (plus `overrides`) with this seed;
-    `single_only` trains on no multi-step scenario (`sft_multistep_fraction=0`)."""
-    fields: dict[str, Any] = {**overrides, "seed": seed, "torch_threads": torch_threads}
+    `single_only` trains on no multi-step scenario (`sft.multistep_fraction=0`)."""
+    fields: dict[str, Any] = {**overrides, "seed": seed, "runtime.torch_threads": torch_threads}
     if start == "single_only":
-        fields["sft_multistep_fraction"] = 0.0
-    return load_preset(preset, **fields)
+        fields["sft.multistep_fraction"] = 0.0
+    return load_preset(preset, fields)
 
 
 def arm_config(start: TrainConfig, arm: Scope, steps: int, eval_every: int) -> TrainConfig:
     """The GRPO config of one arm: the start's config with this advantage estimator, a
     checkpoint every `eval_every` steps, and room to keep all of them for evaluation."""
-    return TrainConfig.model_validate(
+    return start.with_overrides(
         {
-            **start.model_dump(),
-            "ngrpo_scope": arm,
-            "grpo_max_steps": steps,
-            "save_steps": eval_every,
-            "save_total_limit": math.ceil(steps / eval_every) + 1,
+            "grpo.ngrpo_scope": arm,
+            "grpo.max_steps": steps,
+            "runtime.save_steps": eval_every,
+            "runtime.save_total_limit": math.ceil(steps / eval_every) + 1,
         }
     )
 

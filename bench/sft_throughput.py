@@ -38,7 +38,7 @@ PROFILED_STEPS = 5
 
 def _trainer(preset: str, mode: str, steps: int, work_dir: Path) -> SFTTrainer:
     """The pipeline's SFT trainer, in `mode`: padded (the preset), padding-free, or packed."""
-    config = load_preset(preset, save_steps=10**9)
+    config = load_preset(preset, {"runtime.save_steps": 10**9})
     tokenizer, model = initial_model(config, work_dir)
     dataset = Dataset.from_list(
         [
@@ -85,7 +85,8 @@ def matmul_share(preset: str) -> None:
         _, model = initial_model(config, Path(work_dir))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batch = torch.randint(3, config.vocab_size, (config.sft_batch_size, 190))
+    batch_size = config.sft.per_device_train_batch_size
+    batch = torch.randint(3, config.model.tiny.vocab_size, (batch_size, 190))
 
     def step() -> None:
         model(input_ids=batch, labels=batch).loss.backward()
@@ -103,7 +104,7 @@ def matmul_share(preset: str) -> None:
     linear += model.get_output_embeddings().weight.numel()  # tied with the input embedding
     flops = PROFILED_STEPS * 6 * linear * batch.numel()  # forward + backward
     print(
-        f"padded step ({config.sft_batch_size} × 190 tokens): matmuls {matmul / total:.0%} of the "
+        f"padded step ({batch_size} × 190 tokens): matmuls {matmul / total:.0%} of the "
         f"time, {flops / (matmul / 1e6) / 1e9:.0f} GFLOP/s in them on {torch.get_num_threads()} "
         "threads"
     )
@@ -114,7 +115,7 @@ def main(steps: int = 20, rounds: int = 2, preset: str = "cpu") -> None:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning)
-    threads = load_preset(preset).torch_threads
+    threads = load_preset(preset).runtime.torch_threads
     if threads:
         torch.set_num_threads(threads)
     print(f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

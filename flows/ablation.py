@@ -62,7 +62,7 @@ def parse_params(**values: Any) -> AblationParams:
     `AblationError` with one readable line per problem."""
     try:
         params = AblationParams(**values)
-        load_preset(params.preset, **params.overrides)
+        load_preset(params.preset, params.overrides)
     except ValidationError as error:
         raise AblationError(f"invalid ablation settings: {validation_problems(error)}") from None
     except ConfigError as error:
@@ -89,12 +89,12 @@ def ablation(params: AblationParams) -> AblationReport:
     started = time.monotonic()
     logger = get_run_logger()
     threads = max(1, MAX_TORCH_THREADS // params.workers)
-    base = load_preset(params.preset, **params.overrides)
-    steps = params.steps or base.grpo_max_steps
+    base = load_preset(params.preset, params.overrides)
+    steps = params.steps or base.grpo.max_steps
     eval_every = params.eval_every or max(1, steps // 3)
     seeds = [base.seed + i for i in range(params.seeds)]
-    samples = eval_samples(params.eval_files, base.eval_max_rows)
-    settings = EvalSettings(max_new_tokens=base.max_completion_length, torch_threads=threads)
+    samples = eval_samples(params.eval_files, base.runtime.eval_max_rows)
+    settings = EvalSettings(max_new_tokens=base.grpo.max_completion_length, torch_threads=threads)
     timeout_s = params.stage_timeout_s
     run_dir = new_run_dir(params.out, "ablation")
     logger.info(

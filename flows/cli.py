@@ -242,7 +242,7 @@ def run(
     """The main job: data gate, SFT, evaluate, GRPO + NGRPO, evaluate, mine, report.
 
     TRAIN and EVAL default to the shipped data; --set FIELD=VALUE overrides a training config
-    field (repeatable, e.g. --set grpo_max_steps=20). Prints where the report is and the
+    field (repeatable, e.g. --set grpo.max_steps=20). Prints where the report is and the
     before/after accuracy. Exit 0: done; 1: the data gate or a stage failed; 2: usage error.
     """
     from pydantic import ValidationError

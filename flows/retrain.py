@@ -7,7 +7,6 @@ scheduled run on unchanged data reuses the last models instead of retraining.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -77,13 +76,13 @@ def training_code() -> list[Path]:
 
 
 def fingerprint(paths: list[Path], config: TrainConfig, code: list[Path] | None = None) -> str:
-    """A hash of the training rows' bytes, every config field except the data paths, and the
-    training code (`training_code()` by default): a changed trainer retrains, as new data does."""
+    """A hash of the training rows' bytes, the config fields that change the trained weights
+    (`TrainConfig.weights_key`), and the training code (`training_code()` by default): a changed
+    trainer retrains, as new data does."""
     digest = hashlib.sha256()
     for path in [*paths, *(training_code() if code is None else code)]:
         digest.update(path.read_bytes())
-    settings = config.model_dump(mode="json", exclude={"train_single_step", "train_multistep"})
-    digest.update(json.dumps(settings, sort_keys=True).encode())
+    digest.update(config.weights_key().encode())
     return digest.hexdigest()
 
 
@@ -162,11 +161,15 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     single_path, multi_path = write_training_rows(loaded.frame.filter(is_train), run_dir / "data")
     config = load_preset(
         params.preset,
-        **{**params.config, "train_single_step": single_path, "train_multistep": multi_path},
+        {
+            **params.config,
+            "data.train_single_step": single_path,
+            "data.train_multistep": multi_path,
+        },
     )
-    train_rows = evaluation_rows(loaded.frame.filter(is_train), config.eval_max_rows)
-    eval_rows = evaluation_rows(loaded.frame.filter(~is_train), config.eval_max_rows)
-    settings = EvalSettings(max_new_tokens=config.max_completion_length)
+    train_rows = evaluation_rows(loaded.frame.filter(is_train), config.runtime.eval_max_rows)
+    eval_rows = evaluation_rows(loaded.frame.filter(~is_train), config.runtime.eval_max_rows)
+    settings = EvalSettings(max_new_tokens=config.grpo.max_completion_length)
     key = fingerprint([single_path, multi_path], config)
     wall["data gate"] = time.monotonic() - started
 

@@ -86,11 +86,11 @@ def train_arm(
     grpo = train_stage("grpo", run_dir, config, timeout_s=timeout_s, init_dir=start.model_dir)
     stage_dir = grpo.model_dir.parent
     curve = evaluate_steps(
-        checkpoint_models(stage_dir, config.grpo_max_steps), samples, run_dir / "eval", settings
+        checkpoint_models(stage_dir, config.grpo.max_steps), samples, run_dir / "eval", settings
     )
     arm = ArmRun(
         start=start.start,
-        arm=config.ngrpo_scope,
+        arm=config.grpo.ngrpo_scope,
         seed=config.seed,
         curve=[start.scores, *curve],
         groups=ZeroStdGroups.from_metrics(read_metrics(grpo.metrics_path)),

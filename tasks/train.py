@@ -64,10 +64,10 @@ def stage_command(
     stage: Stage, run_dir: Path, config: TrainConfig, init_dir: Path | None
 ) -> list[str]:
     """The command line of the training process: accelerate for several processes."""
-    if config.num_processes > 1:
+    if config.runtime.num_processes > 1:
         launcher = [sys.executable, "-m", "accelerate.commands.launch"]
-        launcher += ["--num_processes", str(config.num_processes)]
-        launcher += ["--mixed_precision", "bf16" if config.bf16 else "no"]
+        launcher += ["--num_processes", str(config.runtime.num_processes)]
+        launcher += ["--mixed_precision", "bf16" if config.model.bf16 else "no"]
         launcher += ["-m", "toolgrpo.training"]
     else:
         launcher = [sys.executable, "-m", "toolgrpo.training"]

@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
         config = run_config(args.run_dir, args.preset, args.config)
-        if config.torch_threads is not None:
-            torch.set_num_threads(config.torch_threads)
+        if config.runtime.torch_threads is not None:
+            torch.set_num_threads(config.runtime.torch_threads)
         if args.stage == "sft":
             model_dir = run_sft(args.run_dir, config)
         else:

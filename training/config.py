@@ -1,13 +1,44 @@
-"""One typed training config; the named presets (`smoke`, `cpu`, `gpu`) are YAML data over it.
+"""The training config: one typed recipe in sections; the presets (`smoke`, `cpu`, `gpu`) are YAML
+recipes over it, in the same sections.
 
-The config is flat so that any field can be overridden by name — from the command line, from a
-flow parameter, or in a test — and it is written next to the model so a run can be reproduced.
+Which sections change the trained weights decides what `TrainConfig.weights_key` hashes, the
+training cache key of the retrain flow:
+
+- `seed` — every random draw of both stages: yes.
+- `data` — the row selection (`max_train_rows`, `condition_fails_repeat`): yes; the file paths:
+  no (the retrain flow hashes the rows themselves).
+- `model` — base model or tiny-model shape and tokenizer, LoRA, bf16: yes.
+- `sft`, `grpo` — each stage's hyperparameters, NGRPO and the reward: yes.
+- `runtime` — device, threads, processes, checkpoints, logging, the eval subset: no.
+
+The `sft`, `grpo` and `runtime` sections name their fields as TRL does, and `sft.py` / `grpo.py`
+pass them to `SFTConfig` / `NGRPOConfig` by name (`TrlSection.trl_arguments`): nothing is mapped
+by hand, and TRL's defaults hold for every argument a section leaves out. Only the project's own
+fields (`own_fields`, e.g. `grpo.prompts_per_step`), the seed and `model.bf16` (the weights'
+dtype, so a model setting) become TRL arguments in code. Why not TRL's own parsing (`TrlParser`
+/ `HfArgumentParser`, the alignment-handbook way): one recipe drives two TRL stages whose
+arguments share names (`learning_rate`, `max_steps`), which one flat parser namespace cannot hold
+twice; it would carry TRL's ~200 arguments into every config and cache key; and its errors are
+argparse's. Pydantic keeps one-line errors that name the dotted field, rejects unknown fields
+(with the closest known one), and does not import TRL, so the flows can read a config without
+loading torch.
+
+Overrides are dotted paths (`{"sft.num_train_epochs": 3}`), from `toolgrpo run --set`, a flow
+parameter or a test; `overridable_fields()` lists them. The config is written next to each model
+so a run can be reproduced.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import difflib
+import hashlib
+import json
+import typing
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -23,106 +54,209 @@ class ConfigError(ValueError):
     """A training config that cannot be used, with a message that says which field and why."""
 
 
-class TrainConfig(BaseModel):
-    """Everything a training stage reads: model, data, SFT and GRPO settings, seed, checkpoints."""
+class Section(BaseModel):
+    """A group of settings: an unknown field is an error, and values never change once valid."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    preset: str = "custom"
-    seed: int = 0
 
-    # Model. No `base_model` means a tiny Qwen2 built locally (training.model.build_tiny).
-    base_model: str | None = None
-    hidden_size: int = Field(256, gt=0)
-    num_layers: int = Field(4, gt=0)
-    num_heads: int = Field(4, gt=0)
-    vocab_size: int = Field(2048, ge=300)
-    split_digits: bool = True
-    lora_r: int = Field(0, ge=0, description="0 trains every weight; > 0 trains a LoRA adapter")
-    lora_alpha: int = Field(32, gt=0)
-    lora_target_modules: str | list[str] = "all-linear"
-    bf16: bool = False
-    use_cpu: bool = True
-    use_vllm: bool = False
-    # TRL turns it on by default; it recomputes activations (about a third more compute), which
-    # only pays off when memory is short — a large model on a GPU.
-    gradient_checkpointing: bool = False
-    num_processes: int = Field(1, ge=1, description="> 1 launches the stage with accelerate")
+class TrlSection(Section):
+    """A section whose fields are TRL config arguments under TRL's names, except `own_fields`."""
 
-    # Data: the shipped rows by default; relative paths are relative to the working directory.
-    train_single_step: Path = DATA_DIR / "train" / "single_step.jsonl"
-    train_multistep: Path = DATA_DIR / "train" / "multistep.jsonl"
-    max_train_rows: int | None = Field(None, gt=0, description="a subset of rows, for smoke runs")
-    eval_max_rows: int | None = Field(None, gt=0, description="rows per eval file, quick checks")
+    own_fields: ClassVar[frozenset[str]] = frozenset()
+
+    def trl_arguments(self) -> dict[str, Any]:
+        """The fields TRL takes as they are, by name."""
+        return self.model_dump(exclude=set(self.own_fields))
+
+
+class DataSection(Section):
+    """The training rows. The row selection changes the weights; the paths are not in
+    `weights_key` because the retrain flow hashes the rows they hold (a moved file is not news)."""
+
+    train_single_step: Path = Field(
+        DATA_DIR / "train" / "single_step.jsonl",
+        description="single-step rows (JSONL); relative paths are relative to the working dir",
+    )
+    train_multistep: Path = Field(
+        DATA_DIR / "train" / "multistep.jsonl", description="multi-step rows (JSONL)"
+    )
+    max_train_rows: int | None = Field(
+        None, gt=0, description="a seeded subset of this many rows, for smoke runs"
+    )
     # The condition-fails branch (a multi-step row labelled `respond`) is ~7% of the rows; repeating
     # it keeps it in most batches of both stages.
-    condition_fails_repeat: int = Field(1, ge=1)
-
-    # SFT warm start: single-step rows plus this share of multi-step scenarios (whole scenarios).
-    sft_multistep_fraction: float = Field(0.10, ge=0.0, le=1.0)
-    sft_epochs: float = Field(12, gt=0)
-    sft_learning_rate: float = Field(2e-3, gt=0)
-    sft_batch_size: int = Field(16, gt=0)
-    sft_max_length: int = Field(1024, gt=0)
-
-    # GRPO + NGRPO on all training rows, from the SFT model.
-    grpo_max_steps: int = Field(70, gt=0)
-    grpo_learning_rate: float = Field(1e-4, gt=0)
-    grpo_prompts_per_step: int = Field(4, gt=0)
-    num_generations: int = Field(8, ge=2)  # case study: 4 → 8
-    max_completion_length: int = Field(350, gt=0)  # case study: 200 → 350
-    temperature: float = Field(1.0, gt=0)
-    beta: float = Field(0.0, ge=0)
-    epsilon: float = Field(0.2, gt=0)
-    epsilon_high: float | None = Field(None, gt=0)
-    ngrpo_scope: Literal["none", "zero_std", "all"] = "zero_std"
-    ngrpo_max_reward: float | None = Field(None, gt=0, description="None: the reward's maximum")
-    reward_weights: dict[str, float] = Field(
-        default_factory=dict, description="points per reward component (training.rewards)"
+    condition_fails_repeat: int = Field(
+        1, ge=1, description="times each condition-fails row appears in both stages"
     )
 
-    # Checkpoints and logs.
-    save_steps: int = Field(50, gt=0)
-    save_total_limit: int = Field(2, gt=0)
-    logging_steps: int = Field(1, gt=0)
-    torch_threads: int | None = Field(None, gt=0, description="CPU threads; None: torch's default")
+
+class TinyModelSection(Section):
+    """The tokenizer and random Qwen2 built locally when there is no base model: the keyword
+    arguments of `training.model.build_tiny`. Changes the weights."""
+
+    hidden_size: int = Field(256, gt=0, description="width of the tiny model")
+    num_layers: int = Field(4, gt=0, description="transformer layers")
+    num_heads: int = Field(4, gt=0, description="attention heads; must divide hidden_size")
+    vocab_size: int = Field(2048, ge=300, description="BPE vocabulary trained on the rows")
+    split_digits: bool = Field(True, description="one token per digit (amounts compare by digit)")
+
+
+class LoraSection(Section):
+    """PEFT's `LoraConfig` arguments under PEFT's names; `r` 0 trains every weight instead.
+    Changes the weights."""
+
+    r: int = Field(0, ge=0, description="LoRA rank; 0 trains every weight, no adapter")
+    lora_alpha: int = Field(32, gt=0, description="LoRA scaling numerator")
+    target_modules: str | list[str] = Field("all-linear", description="modules given an adapter")
+
+
+class ModelSection(Section):
+    """What is trained: a base model, or a tiny one built locally, with or without LoRA, and in
+    which precision the weights are loaded, trained and saved. Changes the weights."""
+
+    base_model: str | None = Field(
+        None, description="local directory or hub id; None builds the tiny model (model.tiny)"
+    )
+    bf16: bool = Field(False, description="bfloat16 weights and mixed precision (TRL's bf16)")
+    tiny: TinyModelSection = TinyModelSection()
+    lora: LoraSection = LoraSection()
 
     @model_validator(mode="after")
-    def _consistent(self) -> TrainConfig:
-        if self.base_model is None and self.hidden_size % self.num_heads:
+    def _heads_divide_width(self) -> ModelSection:
+        if self.base_model is None and self.tiny.hidden_size % self.tiny.num_heads:
             raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+                f"tiny.hidden_size {self.tiny.hidden_size} is not divisible by "
+                f"tiny.num_heads {self.tiny.num_heads}"
             )
-        try:
-            RewardWeights(**self.reward_weights)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"reward_weights: {error}") from None
         return self
 
-    @property
-    def weights(self) -> RewardWeights:
-        return RewardWeights(**self.reward_weights)
 
-    def data_path(self, path: Path) -> Path:
-        """`path` resolved against the working directory when it is relative."""
-        return path.resolve()
+class SFTSection(TrlSection):
+    """The SFT warm start: `trl.SFTConfig` arguments (TRL's names) and which multi-step rows it
+    sees. Changes the weights."""
+
+    own_fields = frozenset({"multistep_fraction"})
+
+    multistep_fraction: float = Field(
+        0.10,
+        ge=0.0,
+        le=1.0,
+        description="share of multi-step scenarios (whole ones) beside every single-step row",
+    )
+    num_train_epochs: float = Field(12, gt=0, description="epochs over the SFT rows")
+    learning_rate: float = Field(2e-3, gt=0, description="peak of the learning-rate schedule")
+    per_device_train_batch_size: int = Field(16, gt=0, description="rows per step and process")
+    max_length: int = Field(1024, gt=0, description="tokens per row, prompt and completion")
+    lr_scheduler_type: str = Field("cosine", description="a transformers SchedulerType name")
+    warmup_steps: float = Field(0.05, ge=0, description="warm-up; below 1, a share of the steps")
+    completion_only_loss: bool = Field(True, description="loss on the completion only")
+
+
+class GRPOSection(TrlSection):
+    """GRPO with NGRPO calibration from the SFT model: `NGRPOConfig` arguments (TRL's names plus
+    NGRPO's) and the reward's points. Changes the weights."""
+
+    own_fields = frozenset({"prompts_per_step", "ngrpo_max_reward", "reward_points"})
+
+    max_steps: int = Field(70, gt=0, description="optimiser steps")
+    learning_rate: float = Field(
+        1e-4, gt=0, description="learning rate (TRL's default schedule: linear decay from it)"
+    )
+    prompts_per_step: int = Field(
+        4, gt=0, description="prompts per optimiser step, each sampled num_generations times"
+    )
+    num_generations: int = Field(8, ge=2, description="completions per prompt (case study: 4 → 8)")
+    max_completion_length: int = Field(
+        350, gt=0, description="tokens per completion (case study: 200 → 350); also evaluation's"
+    )
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
+    epsilon: float = Field(0.2, gt=0, description="lower clipping bound")
+    epsilon_high: float | None = Field(
+        None, gt=0, description="upper clipping bound; None: the same as epsilon"
+    )
+    use_vllm: bool = Field(False, description="generate with vLLM (if installed)")
+    ngrpo_scope: Literal["none", "zero_std", "all"] = Field(
+        "zero_std", description="groups given NGRPO's virtual full-score sample; none is GRPO"
+    )
+    ngrpo_max_reward: float | None = Field(
+        None, gt=0, description="reward of the virtual sample; None: the reward's maximum"
+    )
+    reward_points: RewardWeights = RewardWeights()
+
+
+class RuntimeSection(TrlSection):
+    """Where and how the stages run: device, threads, processes, checkpoints, logs and the eval
+    subset. They change no setting of the optimisation, only floating-point detail, so they are
+    not in `weights_key`: a busy machine's `torch_threads=1` reuses the trained models."""
+
+    own_fields = frozenset({"num_processes", "torch_threads", "eval_max_rows"})
+
+    use_cpu: bool = Field(True, description="train on the CPU even when a GPU is present")
+    # TRL turns it on by default; it recomputes activations (about a third more compute), which
+    # only pays off when memory is short — a large model on a GPU.
+    gradient_checkpointing: bool = Field(False, description="recompute activations to save memory")
+    num_processes: int = Field(1, ge=1, description="> 1 launches the stage with accelerate")
+    torch_threads: int | None = Field(None, gt=0, description="CPU threads; None: torch's default")
+    save_steps: int = Field(50, gt=0, description="steps between checkpoints")
+    save_total_limit: int = Field(2, gt=0, description="checkpoints kept")
+    logging_steps: int = Field(1, gt=0, description="steps between metrics lines")
+    eval_max_rows: int | None = Field(None, gt=0, description="rows per eval file, quick checks")
+
+
+# What `weights_key` leaves out: the preset's name, the runtime section, and the data paths.
+_NOT_WEIGHTS: dict[str, Any] = {
+    "preset": True,
+    "runtime": True,
+    "data": {"train_single_step", "train_multistep"},
+}
+
+
+class TrainConfig(Section):
+    """Everything a training stage reads, in sections (the module docstring says which change
+    the trained weights)."""
+
+    preset: str = "custom"
+    seed: int = Field(0, description="seed of both stages, the row draws and the tiny model")
+    data: DataSection = DataSection()
+    model: ModelSection = ModelSection()
+    sft: SFTSection = SFTSection()
+    grpo: GRPOSection = GRPOSection()
+    runtime: RuntimeSection = RuntimeSection()
+
+    @model_validator(mode="after")
+    def _completions_split_over_processes(self) -> TrainConfig:
+        completions = self.grpo.prompts_per_step * self.grpo.num_generations
+        if completions % self.runtime.num_processes:
+            raise ValueError(
+                f"grpo.prompts_per_step × grpo.num_generations = {completions} completions per "
+                f"step do not split over runtime.num_processes = {self.runtime.num_processes}"
+            )
+        return self
+
+    def weights_key(self) -> str:
+        """A sha256 of exactly the settings that change the trained weights (seed, model, the
+        data's row selection, sft, grpo): the training cache key, with the rows and the code."""
+        settings = self.model_dump(mode="json", exclude=_NOT_WEIGHTS)
+        return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
     def trainer_arguments(self, output_dir: Path) -> dict[str, Any]:
-        """The `TrainingArguments` both stages share: precision, device, seeds, checkpoints."""
+        """The `TrainingArguments` both stages share: seeds, precision, runtime, checkpoints."""
         return {
+            **self.runtime.trl_arguments(),
             "output_dir": str(output_dir),
             "seed": self.seed,
             "data_seed": self.seed,
-            "bf16": self.bf16,
-            "use_cpu": self.use_cpu,
-            "gradient_checkpointing": self.gradient_checkpointing,
+            "bf16": self.model.bf16,
             "save_strategy": "steps",
-            "save_steps": self.save_steps,
-            "save_total_limit": self.save_total_limit,
-            "logging_steps": self.logging_steps,
             "report_to": "none",
             "disable_tqdm": True,  # the Prefect task streams lines; progress bars only add noise
         }
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
+        """This config with dotted-path `overrides` applied and validated again."""
+        return _overridden(self.model_dump(), overrides, f"preset {self.preset!r}")
 
     def write(self, path: Path | str) -> Path:
         """Write the config as JSON (the file `read_config` loads back)."""
@@ -132,28 +266,97 @@ class TrainConfig(BaseModel):
         return path
 
 
+class OverridableField(NamedTuple):
+    """One field an override can set: its type annotation and what it does."""
+
+    annotation: Any
+    description: str
+
+
+def overridable_fields() -> dict[str, OverridableField]:
+    """Every field an override can set, by dotted path (`"grpo.max_steps"`), with its type and
+    description: what the CLI and the deployment form list."""
+    return {path: field for path, field in _leaves(TrainConfig, "") if path != "preset"}
+
+
+def _leaves(cls: type, prefix: str) -> Iterator[tuple[str, OverridableField]]:
+    """The dotted leaf fields of a section (a pydantic model or a dataclass such as the reward's
+    points), nested sections expanded."""
+    if issubclass(cls, BaseModel):
+        fields = [(n, f.annotation, f.description) for n, f in cls.model_fields.items()]
+    else:
+        hints = typing.get_type_hints(cls)
+        fields = [
+            (f.name, hints[f.name], f.metadata.get("description")) for f in dataclasses.fields(cls)
+        ]
+    for name, annotation, description in fields:
+        if isinstance(annotation, type) and (
+            issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+        ):
+            yield from _leaves(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", OverridableField(annotation, description or "")
+
+
+def _unknown_field(path: str) -> str:
+    """`path: unknown field`, with the known fields of the same name (`bf16` → `model.bf16`) or
+    else the closest one: a typo, or an old flat name such as `grpo_max_steps` (dots and
+    underscores compare alike)."""
+    name = path.rpartition(".")[2]
+    known = {field.replace(".", "_"): field for field in overridable_fields()}
+    suggestions = [field for field in known.values() if field.rpartition(".")[2] == name] or [
+        known[close] for close in difflib.get_close_matches(path.replace(".", "_"), known, n=1)
+    ]
+    hint = f" (did you mean {' or '.join(map(repr, suggestions))}?)" if suggestions else ""
+    return f"{path}: unknown field{hint}"
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    """One validation error as `dotted.field: what is wrong`."""
+    path = ".".join(str(part) for part in error["loc"])
+    if error["type"] in {"extra_forbidden", "unexpected_keyword_argument"}:
+        return _unknown_field(path)
+    # Our own checks raise ValueError: their message without pydantic's "Value error, ".
+    message = error["ctx"]["error"] if error["type"] == "value_error" else error["msg"]
+    return f"{path}: {message}" if path else str(message)
+
+
 def _validated(values: dict[str, Any], source: str) -> TrainConfig:
     try:
         return TrainConfig.model_validate(values)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc']) or 'config'}: {item['msg']}"
-            for item in error.errors()
-        )
+        problems = "; ".join(_problem(item) for item in error.errors())
         raise ConfigError(f"{source}: invalid training config: {problems}") from None
+
+
+def _overridden(values: dict[str, Any], overrides: Mapping[str, Any], source: str) -> TrainConfig:
+    """`values` (nested, as in a preset) with each dotted override set, validated."""
+    known = overridable_fields()
+    unknown = [path for path in overrides if path not in known]
+    if unknown:
+        raise ConfigError(f"{source}: " + "; ".join(map(_unknown_field, unknown)))
+    values = copy.deepcopy(values)
+    for path, value in overrides.items():
+        *sections, name = path.split(".")
+        target = values
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[name] = value
+    return _validated(values, source)
 
 
 def preset_names() -> list[str]:
     return sorted(path.stem for path in PRESETS_DIR.glob("*.yaml"))
 
 
-def load_preset(name: str, **overrides: Any) -> TrainConfig:
-    """The named preset with `overrides` applied field by field (unknown fields are an error)."""
+def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The named preset with dotted-path `overrides` applied (`{"grpo.max_steps": 5}`); values
+    may be strings (`"5"`), as from a command line, and are validated like the preset's."""
     path = PRESETS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown preset {name!r}; choose one of {preset_names()}")
     values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return _validated({**values, "preset": name, **overrides}, f"preset {name!r}")
+    return _overridden({**values, "preset": name}, overrides or {}, f"preset {name!r}")
 
 
 def read_config(path: Path | str) -> TrainConfig:
@@ -164,5 +367,5 @@ def read_config(path: Path | str) -> TrainConfig:
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: cannot read training config: {error}") from None
     if not isinstance(values, dict):
-        raise ConfigError(f"{path}: a training config is a JSON object of field: value")
+        raise ConfigError(f"{path}: a training config is a JSON object of section: fields")
     return _validated(values, str(path))

@@ -24,7 +24,7 @@ from transformers import (
 )
 from transformers import set_seed as set_transformers_seed
 
-from toolgrpo.training.config import TrainConfig
+from toolgrpo.training.config import LoraSection, ModelSection
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -114,13 +114,13 @@ def build_tiny(
 
 
 def load_model(
-    path: Path | str, config: TrainConfig
+    path: Path | str, settings: ModelSection
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    """The tokenizer and causal LM at `path` (a local directory or a hub id), in the config's
+    """The tokenizer and causal LM at `path` (a local directory or a hub id), in the configured
     precision, with the tokenizer's eos also ending generation."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.bfloat16 if config.bf16 else torch.float32
+        path, dtype=torch.bfloat16 if settings.bf16 else torch.float32
     )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -129,16 +129,12 @@ def load_model(
     return tokenizer, model
 
 
-def lora_config(config: TrainConfig) -> LoraConfig | None:
-    """PEFT's LoRA settings for the TRL trainer's `peft_config`, or None to train every weight."""
-    if config.lora_r == 0:
+def lora_config(lora: LoraSection) -> LoraConfig | None:
+    """PEFT's LoRA settings for the TRL trainer's `peft_config` (the section's fields are PEFT's
+    names), or None to train every weight."""
+    if lora.r == 0:
         return None
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        target_modules=config.lora_target_modules,
-        task_type="CAUSAL_LM",
-    )
+    return LoraConfig(**lora.model_dump(), task_type="CAUSAL_LM")
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path) -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
@@ -57,16 +57,23 @@ _NEGATION_BEFORE = re.compile(
 _NOT_A_TOOL = ("in order to",)
 
 
+def _points(default: float, description: str) -> Any:
+    """A weight with the description the training config lists (`grpo.reward_points.*`)."""
+    return field(default=default, metadata={"description": description})
+
+
 @dataclass(frozen=True)
 class RewardWeights:
     """Points per component; the defaults are the case study's (maximum 1.0)."""
 
-    tool: float = 0.5  # case study: the labelled tool
-    valid_wrong_tool: float = 0.1  # case study: another catalogue tool keeps the format incentive
-    params: float = 0.2  # params satisfy the chosen tool's schema
-    thought: float = 0.15  # non-empty thought
-    logic_word: float = 0.05  # case study: +0.05 for a logic word in the thought
-    plan: float = 0.10  # non-empty plan of non-empty strings
+    tool: float = _points(0.5, "points for the labelled tool (case study)")
+    valid_wrong_tool: float = _points(
+        0.1, "points for another catalogue tool: keeps the format incentive (case study)"
+    )
+    params: float = _points(0.2, "points for params that satisfy the chosen tool's schema")
+    thought: float = _points(0.15, "points for a non-empty thought")
+    logic_word: float = _points(0.05, "points for a logic word in the thought (case study)")
+    plan: float = _points(0.10, "points for a non-empty plan of non-empty strings")
 
     def __post_init__(self) -> None:
         negative = [f.name for f in fields(self) if getattr(self, f.name) < 0]

@@ -44,23 +44,28 @@ def is_condition_fails(row: Row) -> bool:
 
 
 def _subset(rows: list[Row], config: TrainConfig) -> list[Row]:
-    """At most `max_train_rows` rows (seeded draw, smoke runs), the condition-fails branch
-    repeated `condition_fails_repeat` times."""
-    if config.max_train_rows is not None and len(rows) > config.max_train_rows:
-        rows = random.Random(config.seed).sample(rows, config.max_train_rows)
-    repeats = [config.condition_fails_repeat if is_condition_fails(row) else 1 for row in rows]
+    """At most `data.max_train_rows` rows (seeded draw, smoke runs), the condition-fails branch
+    repeated `data.condition_fails_repeat` times."""
+    data = config.data
+    if data.max_train_rows is not None and len(rows) > data.max_train_rows:
+        rows = random.Random(config.seed).sample(rows, data.max_train_rows)
+    repeats = [data.condition_fails_repeat if is_condition_fails(row) else 1 for row in rows]
     return [row for row, times in zip(rows, repeats, strict=True) for _ in range(times)]
+
+
+def _training_files(config: TrainConfig) -> tuple[list[Row], list[Row]]:
+    """The single-step and the multi-step rows, as the files hold them."""
+    return read_samples(config.data.train_single_step), read_samples(config.data.train_multistep)
 
 
 def sft_rows(config: TrainConfig) -> list[Row]:
     """The warm start's rows: every single-step row plus a seeded share of whole multi-step
     scenarios (the case study's model had seen single-step requests in a previous round)."""
-    single = read_samples(config.data_path(config.train_single_step))
-    multi = read_samples(config.data_path(config.train_multistep))
+    single, multi = _training_files(config)
     scenarios = sorted({row["scenario_id"] for row in multi})
     chosen = set(
         random.Random(config.seed).sample(
-            scenarios, round(config.sft_multistep_fraction * len(scenarios))
+            scenarios, round(config.sft.multistep_fraction * len(scenarios))
         )
     )
     return _subset(single + [row for row in multi if row["scenario_id"] in chosen], config)
@@ -68,8 +73,7 @@ def sft_rows(config: TrainConfig) -> list[Row]:
 
 def grpo_rows(config: TrainConfig) -> list[Row]:
     """Every training row, single-step and multi-step (as the case study's GRPO round)."""
-    single = read_samples(config.data_path(config.train_single_step))
-    multi = read_samples(config.data_path(config.train_multistep))
+    single, multi = _training_files(config)
     return _subset(single + multi, config)
 
 

@@ -19,17 +19,8 @@ STAGE = "sft"
 
 
 def sft_config(config: TrainConfig, stage_dir: Path) -> SFTConfig:
-    """TRL's SFT settings for this config: loss on the completion only, cosine schedule."""
-    return SFTConfig(
-        **config.trainer_arguments(stage_dir),
-        num_train_epochs=config.sft_epochs,
-        learning_rate=config.sft_learning_rate,
-        per_device_train_batch_size=config.sft_batch_size,
-        max_length=config.sft_max_length,
-        lr_scheduler_type="cosine",
-        warmup_steps=0.05,
-        completion_only_loss=True,
-    )
+    """TRL's SFT settings: the shared trainer arguments and the `sft` section's, by name."""
+    return SFTConfig(**config.trainer_arguments(stage_dir), **config.sft.trl_arguments())
 
 
 def initial_model(
@@ -37,21 +28,15 @@ def initial_model(
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """The model SFT starts from: the configured base model, or a tiny one built on the training
     text and kept in `<stage_dir>/init` so that a resumed run uses the very same tokenizer."""
-    if config.base_model is not None:
-        return load_model(config.base_model, config)
+    if config.model.base_model is not None:
+        return load_model(config.model.base_model, config.model)
     init_dir = stage_dir / "init"
     if not (init_dir / "config.json").is_file():
         tokenizer, model = build_tiny(
-            tokenizer_corpus(grpo_rows(config)),
-            hidden_size=config.hidden_size,
-            num_layers=config.num_layers,
-            num_heads=config.num_heads,
-            vocab_size=config.vocab_size,
-            seed=config.seed,
-            split_digits=config.split_digits,
+            tokenizer_corpus(grpo_rows(config)), **config.model.tiny.model_dump(), seed=config.seed
         )
         save_model(model, tokenizer, init_dir)
-    return load_model(init_dir, config)
+    return load_model(init_dir, config.model)
 
 
 def run_sft(run_dir: Path, config: TrainConfig) -> Path:
@@ -70,7 +55,7 @@ def run_sft(run_dir: Path, config: TrainConfig) -> Path:
         args=sft_config(config, stage_dir),
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=lora_config(config),
+        peft_config=lora_config(config.model.lora),
         callbacks=[MetricsFileCallback(stage_dir / METRICS_FILENAME)],
     )
     return train_and_save(trainer, tokenizer, stage_dir, config)

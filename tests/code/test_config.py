@@ -1,20 +1,29 @@
-"""Presets, overrides, the run folder's config file, and the TRL/PEFT settings built from it."""
+"""Presets, dotted overrides, the weights key, the run folder's config file, and the TRL/PEFT
+settings built from it."""
 
+import dataclasses
 import json
+from functools import reduce
 from pathlib import Path
 
 import pytest
+from trl import SFTConfig
 
 from toolgrpo.training.__main__ import main as training_main
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
     ConfigError,
+    GRPOSection,
+    RuntimeSection,
+    SFTSection,
     load_preset,
+    overridable_fields,
     preset_names,
     read_config,
 )
 from toolgrpo.training.grpo import grpo_config, reward_functions
 from toolgrpo.training.model import lora_config
+from toolgrpo.training.ngrpo import NGRPOConfig
 from toolgrpo.training.rewards import COMPONENT_REWARDS
 from toolgrpo.training.samples import (
     SamplesError,
@@ -33,35 +42,112 @@ def test_three_named_presets_ship():
 
 
 def test_preset_fields_can_be_overridden_one_by_one():
-    config = load_preset("cpu", grpo_max_steps=5, sft_multistep_fraction=0.0)
-    assert (config.grpo_max_steps, config.sft_multistep_fraction) == (5, 0.0)
-    assert config.num_generations == load_preset("cpu").num_generations
+    config = load_preset("cpu", {"grpo.max_steps": 5, "sft.multistep_fraction": 0.0})
+    assert (config.grpo.max_steps, config.sft.multistep_fraction) == (5, 0.0)
+    assert config.grpo.num_generations == load_preset("cpu").grpo.num_generations
+    assert config.model == load_preset("cpu").model  # the rest of each section is the preset's
 
 
-def test_unknown_or_invalid_override_names_the_field():
-    with pytest.raises(ConfigError, match="grpo_steps"):
-        load_preset("cpu", grpo_steps=5)
-    with pytest.raises(ConfigError, match="sft_multistep_fraction"):
-        load_preset("cpu", sft_multistep_fraction=1.5)
+def test_override_values_from_a_command_line_are_parsed():
+    config = load_preset("cpu", {"grpo.max_steps": "20", "sft.learning_rate": "1e-4"})
+    assert (config.grpo.max_steps, config.sft.learning_rate) == (20, 1e-4)
+    with pytest.raises(ConfigError, match=r"grpo\.max_steps: Input should be a valid integer"):
+        load_preset("cpu", {"grpo.max_steps": "abc"})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"grpo.max_step": 5}, "grpo.max_step: unknown field (did you mean 'grpo.max_steps'?)"),
+        ({"grpo_max_steps": 5}, "did you mean 'grpo.max_steps'?"),  # the old flat name
+        ({"torch_threads": 1}, "did you mean 'runtime.torch_threads'?"),
+        ({"learning_rate": 1}, "did you mean 'sft.learning_rate' or 'grpo.learning_rate'?"),
+        ({"sft.multistep_fraction": 1.5}, "sft.multistep_fraction: Input should be less than"),
+        ({"grpo.reward_points.params": -0.2}, "grpo.reward_points: reward weights must be >= 0"),
+        ({"runtime.num_processes": 3}, "32 completions per step do not split over"),
+    ],
+)
+def test_unknown_or_invalid_override_is_one_line_naming_the_field(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        load_preset("cpu", overrides)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_unknown_preset_lists_the_presets():
     with pytest.raises(ConfigError, match="unknown preset 'tpu'"):
         load_preset("tpu")
 
 
+def test_every_dotted_field_is_listed_with_its_description():
+    fields = overridable_fields()
+    assert {"seed", "sft.num_train_epochs", "grpo.reward_points.tool", "model.lora.r"} <= set(
+        fields
+    )
+    assert "preset" not in fields and "grpo" not in fields  # leaves only
+    assert fields["runtime.torch_threads"].annotation == int | None
+    assert all(field.description for field in fields.values())
+
+
+def test_overriding_every_listed_field_of_one_preset_gives_another():
+    cpu = load_preset("cpu")
+    values = {path: reduce(getattr, path.split("."), cpu) for path in overridable_fields()}
+    smoke_as_cpu = load_preset("smoke", values)
+    assert smoke_as_cpu.model_dump(exclude={"preset"}) == cpu.model_dump(exclude={"preset"})
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"runtime.torch_threads": 1},
+        {"runtime.logging_steps": 5},
+        {"runtime.eval_max_rows": 8},
+        {"runtime.num_processes": 2},
+        {"runtime.save_steps": 7},
+        {"data.train_single_step": Path("elsewhere.jsonl")},
+    ],
+)
+def test_weights_key_ignores_what_does_not_change_the_weights(overrides):
+    assert load_preset("cpu", overrides).weights_key() == load_preset("cpu").weights_key()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"sft.num_train_epochs": 7},
+        {"grpo.learning_rate": 2e-5},
+        {"model.tiny.hidden_size": 128},
+        {"seed": 1},
+        {"data.max_train_rows": 100},
+        {"grpo.reward_points.tool": 0.6},
+    ],
+)
+def test_weights_key_follows_what_changes_the_weights(overrides):
+    assert load_preset("cpu", overrides).weights_key() != load_preset("cpu").weights_key()
+
+
+@pytest.mark.parametrize(
+    ("section", "trl_config"),
+    [(SFTSection, SFTConfig), (GRPOSection, NGRPOConfig), (RuntimeSection, SFTConfig)],
+)
+def test_a_sections_trl_fields_carry_trl_names(section, trl_config):
+    trl_names = {field.name for field in dataclasses.fields(trl_config)}
+    assert set(section.model_fields) - section.own_fields <= trl_names
+
+
 def test_config_round_trips_through_its_json_file(tmp_path):
-    config = load_preset("smoke", seed=7, reward_weights={"tool": 0.6})
+    config = load_preset("smoke", {"seed": 7, "grpo.reward_points.tool": 0.6})
     assert read_config(config.write(tmp_path / CONFIG_FILENAME)) == config
 
 
 def test_bad_config_file_error_names_file_and_field(tmp_path):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"num_generations": 1}))
-    with pytest.raises(ConfigError, match=r"bad\.json.*num_generations"):
+    path.write_text(json.dumps({"grpo": {"num_generations": 1}, "num_generations": 4}))
+    with pytest.raises(ConfigError) as error:
         read_config(path)
-
-
-def test_negative_reward_weight_is_rejected():
-    with pytest.raises(ConfigError, match="reward_weights"):
-        load_preset("cpu", reward_weights={"params": -0.2})
+    message = str(error.value)
+    assert message.startswith(f"{path}: invalid training config: ")
+    assert "grpo.num_generations: Input should be greater than or equal to 2" in message
+    assert "num_generations: unknown field (did you mean 'grpo.num_generations'?)" in message
 
 
 def test_cpu_grpo_settings_are_the_case_studys(tmp_path):
@@ -72,31 +158,43 @@ def test_cpu_grpo_settings_are_the_case_studys(tmp_path):
     assert args.use_cpu and not args.bf16
 
 
-def test_reward_functions_sum_to_the_ground_truth_reward():
+def test_reward_functions_sum_to_the_ground_truth_reward(tmp_path):
     assert reward_functions(load_preset("cpu")) == list(COMPONENT_REWARDS)
-    weighted = reward_functions(load_preset("cpu", reward_weights={"tool": 0.6}))
-    assert [f.keywords["weights"].tool for f in weighted] == [0.6] * 3
+    config = load_preset("cpu", {"grpo.reward_points.tool": 0.6})
+    assert [f.keywords["weights"].tool for f in reward_functions(config)] == [0.6] * 3
+    assert grpo_config(config, tmp_path).ngrpo_max_reward == pytest.approx(1.1)
 
 
 def test_gpu_preset_trains_lora_on_all_linear_layers_in_bf16(tmp_path):
     config = load_preset("gpu")
-    lora = lora_config(config)
-    assert (lora.r, lora.target_modules) == (16, "all-linear")
+    lora = lora_config(config.model.lora)
+    assert (lora.r, lora.lora_alpha, lora.target_modules) == (16, 32, "all-linear")
     arguments = config.trainer_arguments(tmp_path)
     assert arguments["bf16"] and not arguments["use_cpu"]
-    assert config.base_model == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert config.model.base_model == "Qwen/Qwen2.5-0.5B-Instruct"
     # TRL refuses bf16 without an accelerator; the rest of the gpu settings build on a CPU.
-    on_cpu = config.model_copy(update={"bf16": False, "use_cpu": True})
+    on_cpu = config.with_overrides({"model.bf16": False, "runtime.use_cpu": True})
     grpo = grpo_config(on_cpu, tmp_path)
     assert (grpo.num_generations, grpo.max_completion_length) == (8, 350)
     assert (grpo.epsilon, grpo.epsilon_high) == (0.16, 0.24)
-    assert sft_config(on_cpu, tmp_path).completion_only_loss
-    assert lora_config(load_preset("cpu")) is None
+    assert grpo.gradient_checkpointing
+    assert lora_config(load_preset("cpu").model.lora) is None
+
+
+def test_sft_settings_are_the_warm_starts(tmp_path):
+    args = sft_config(load_preset("cpu"), tmp_path)
+    assert (args.num_train_epochs, args.learning_rate, args.per_device_train_batch_size) == (
+        6,
+        2e-3,
+        16,
+    )
+    assert (args.lr_scheduler_type, args.warmup_steps) == ("cosine", 0.05)
+    assert args.completion_only_loss and (args.seed, args.data_seed) == (0, 0)
 
 
 def test_sft_rows_take_whole_multistep_scenarios():
-    config = load_preset("cpu", sft_multistep_fraction=0.1)
-    multi = read_samples(config.data_path(config.train_multistep))
+    config = load_preset("cpu", {"sft.multistep_fraction": 0.1})
+    multi = read_samples(config.data.train_multistep)
     steps_per_scenario = {r["scenario_id"]: r["n_steps"] for r in multi}
     chosen = [r for r in sft_rows(config) if r["kind"] == "multi"]
     scenarios = {r["scenario_id"] for r in chosen}
@@ -105,13 +203,13 @@ def test_sft_rows_take_whole_multistep_scenarios():
 
 
 def test_zero_multistep_fraction_warms_up_on_single_step_rows_only():
-    rows = sft_rows(load_preset("cpu", sft_multistep_fraction=0.0))
+    rows = sft_rows(load_preset("cpu", {"sft.multistep_fraction": 0.0}))
     assert rows and {r["kind"] for r in rows} == {"single"}
 
 
 def test_grpo_trains_on_every_row_and_smoke_on_a_subset():
     assert len(grpo_rows(load_preset("cpu"))) == 454 + 823
-    assert len(grpo_rows(load_preset("smoke"))) == load_preset("smoke").max_train_rows
+    assert len(grpo_rows(load_preset("smoke"))) == load_preset("smoke").data.max_train_rows
 
 
 def test_unreadable_sample_file_names_file_and_line(tmp_path):
@@ -127,7 +225,7 @@ def test_training_command_without_config_exits_2_with_one_line(tmp_path, capsys)
 
 
 def test_training_command_with_missing_data_exits_2_naming_the_file(tmp_path, capsys):
-    config = load_preset("smoke", train_single_step=Path("no/such.jsonl"))
+    config = load_preset("smoke", {"data.train_single_step": Path("no/such.jsonl")})
     config.write(tmp_path / "given.json")
     assert (
         training_main(["sft", "--run-dir", str(tmp_path), "--config", str(tmp_path / "given.json")])
@@ -138,8 +236,8 @@ def test_training_command_with_missing_data_exits_2_naming_the_file(tmp_path, ca
 
 
 def test_condition_fails_rows_repeat_in_both_stages():
-    plain = load_preset("cpu", sft_multistep_fraction=1.0)
-    weighted = load_preset("cpu", sft_multistep_fraction=1.0, condition_fails_repeat=3)
+    plain = load_preset("cpu", {"sft.multistep_fraction": 1.0})
+    weighted = load_preset("cpu", {"sft.multistep_fraction": 1.0, "data.condition_fails_repeat": 3})
     for rows in (sft_rows, grpo_rows):
         respond = sum(map(is_condition_fails, rows(plain)))
         assert respond > 0

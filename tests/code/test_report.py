@@ -23,14 +23,15 @@ def test_zero_std_line_matches_the_case_study():
     assert ZeroStdGroups(zero=0, total=0, changed=0).line() == "Zero std: 0/0 (0.0%)"
 
 
-def test_fingerprint_follows_data_and_config_but_not_data_paths(tmp_path):
+def test_fingerprint_follows_data_and_config_but_not_data_paths_or_runtime(tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"id": "a"}\n', encoding="utf-8")
     config = load_preset("smoke")
     key = fingerprint([rows], config)
-    moved = config.model_copy(update={"train_single_step": tmp_path / "elsewhere.jsonl"})
+    moved = config.with_overrides({"data.train_single_step": tmp_path / "elsewhere.jsonl"})
     assert fingerprint([rows], moved) == key
-    assert fingerprint([rows], config.model_copy(update={"grpo_max_steps": 9})) != key
+    assert fingerprint([rows], config.with_overrides({"runtime.torch_threads": 1})) == key
+    assert fingerprint([rows], config.with_overrides({"grpo.max_steps": 9})) != key
     rows.write_text('{"id": "b"}\n', encoding="utf-8")
     assert fingerprint([rows], config) != key
 

@@ -21,7 +21,7 @@ def test_one_process_runs_python_m_training():
 
 
 def test_several_processes_go_through_accelerate_launch():
-    config = load_preset("gpu", num_processes=4)
+    config = load_preset("gpu", {"runtime.num_processes": 4})
     command = stage_command("grpo", Path("/runs/a"), config, Path("/models/sft"))
     assert command[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
     assert command[command.index("--mixed_precision") + 1] == "bf16"
@@ -63,7 +63,7 @@ def _one_stage(run_dir: Path, config):
 
 
 def test_bad_config_fails_the_task_once_with_the_childs_message(prefect_harness, tmp_path):
-    config = load_preset("smoke", train_multistep=Path("missing/multistep.jsonl"))
+    config = load_preset("smoke", {"data.train_multistep": Path("missing/multistep.jsonl")})
 
     state = _one_stage(tmp_path, config, return_state=True)
 

@@ -23,12 +23,14 @@ def test_gpu_preset_trains_lora_in_bf16_and_saves_a_merged_model(prefect_harness
     base_dir = save_model(model, tokenizer, tmp_path / "base")
     config = load_preset(
         "gpu",
-        base_model=str(base_dir),
-        max_train_rows=32,
-        sft_epochs=1,
-        grpo_max_steps=2,
-        grpo_prompts_per_step=2,
-        max_completion_length=48,
+        {
+            "model.base_model": str(base_dir),
+            "data.max_train_rows": 32,
+            "sft.num_train_epochs": 1,
+            "grpo.max_steps": 2,
+            "grpo.prompts_per_step": 2,
+            "grpo.max_completion_length": 48,
+        },
     )
     with disable_run_logger():
         train_stage.fn("sft", tmp_path / "run", config, timeout_s=600)

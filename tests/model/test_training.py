@@ -55,7 +55,7 @@ def smoke_run(prefect_harness, tmp_path_factory):
 
 def test_killed_sft_resumes_from_its_checkpoint_instead_of_step_zero(smoke_run):
     _, config, killed_at, sft, _ = smoke_run
-    assert sft.resumed_from_step >= config.save_steps
+    assert sft.resumed_from_step >= config.runtime.save_steps
     assert sft.steps == sft.max_steps
     steps = [line["step"] for line in read_metrics(sft.metrics_path) if "loss" in line]
     # one line per step: the lines the killed run wrote up to its checkpoint are kept, the
@@ -85,12 +85,12 @@ def test_smoke_sft_then_grpo_leaves_loadable_models_with_their_config(smoke_run)
 def test_grpo_metrics_carry_reward_components_and_zero_std_figures(smoke_run):
     _, config, _, _, grpo = smoke_run
     lines = [line for line in read_metrics(grpo.metrics_path) if "reward" in line]
-    assert [line["step"] for line in lines] == list(range(1, config.grpo_max_steps + 1))
+    assert [line["step"] for line in lines] == list(range(1, config.grpo.max_steps + 1))
     for line in lines:
-        assert line["groups"] == config.grpo_prompts_per_step
+        assert line["groups"] == config.grpo.prompts_per_step
         assert 0 <= line["zero_std_groups"] <= line["groups"]
         assert {"rewards/tool_reward/mean", "reward_std", "learning_rate", "step_time_s"} <= set(
             line
         )
-    assert lines[-1]["groups_total"] == config.grpo_max_steps * config.grpo_prompts_per_step
+    assert lines[-1]["groups_total"] == config.grpo.max_steps * config.grpo.prompts_per_step
     assert lines[-1]["zero_std_groups_total"] == sum(line["zero_std_groups"] for line in lines)
