@@ -10,6 +10,7 @@ import re
 
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER
+from toolgrpo.validation.context import AMOUNT
 
 # An English keyword of several words also matches with up to this many words between them
 # (separable phrasal verbs: "take 100 rupees out", "put 9,000 in").
@@ -53,11 +54,6 @@ def keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str
 _ACCOUNT = re.compile(r"ACC\d{3}")
 # Stock symbols and named accounts (AAPL, CHECKING) are upper-case slot values, not wording.
 _IDENTIFIER = re.compile(r"(?<![A-Za-z])[A-Z]+(?![A-Za-z])")
-# An amount is one slot whatever its form: 100,000 / 100k / 10万 / 5000元 / 50 rupees / $50.
-_AMOUNT = re.compile(
-    r"[$¥₹]?\d[\d,]*(?:\.\d+)?(?:\s*(?:万|千|百|k\b|元|块|rupees?\b|yuan\b|dollars?\b|rmb\b))?",
-    re.IGNORECASE,
-)
 
 
 def mask_identifiers(text: str) -> str:
@@ -75,5 +71,5 @@ def request_template(prompt: str) -> str:
     request, header, history = prompt.partition(PREVIOUS_STEPS_HEADER)
     request = mask_identifiers(request)
     if not header:
-        request = _AMOUNT.sub("<n>", request)
+        request = AMOUNT.sub("<n>", request)  # one slot whatever its form: 10万, 100k
     return re.sub(r"\s+", " ", request).strip().lower() + header + history

@@ -1,8 +1,9 @@
 """The gate's checks: every loaded row against the row contract, label conflicts, row counts.
 
 Failures (rows or files that break a rule) fail the gate. Label conflicts (identical normalised
-prompts with different tools) are warnings, not failures: deciding which label is right is an
-annotator's call, and the rows are each valid on their own.
+prompts with different tools) and labels their context contradicts (`validation.context`) are
+warnings, not failures: deciding which label is right is an annotator's call, and the rows are
+each valid on their own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from toolgrpo.schemas.samples import (
     normalised_prompt,
     parse_solution,
 )
+from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.loader import LoadedSamples
 
 COUNT_DIMENSIONS = ("file", "kind", "lang", "tool", "step")
@@ -117,8 +119,13 @@ def validate_samples(loaded: LoadedSamples) -> DataReport:
         failures=failures,
         conflicts=find_label_conflicts(loaded.frame),
         overrides=loaded.overrides,
-        warnings=loaded.warnings,
+        warnings=[*loaded.warnings, *context_warnings(loaded)],
     )
+
+
+def context_warnings(loaded: LoadedSamples) -> list[str]:
+    """One `file:line: id: evidence [check: rule]` line per label its context contradicts."""
+    return [str(found.problem()) for found in label_inconsistencies(loaded.frame)]
 
 
 def count_rows(loaded: LoadedSamples) -> dict[str, dict[str, int]]:
