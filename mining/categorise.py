@@ -6,7 +6,8 @@ Categories, in order of severity for annotators:
   labels and the wording favours neither;
 - `label inconsistency`: the label contradicts its own context — its thought or plan, the
   scenario's other steps, the figures its condition depends on (`validation.context`, the rules
-  the data gate warns with);
+  the data gate warns with). Decided first, and such a label is no evidence against its
+  near-identical neighbours: one mislabelled row does not make the rows around it conflicts;
 - `label ambiguity`: the request's wording supports another tool and not the label (per-tool
   keywords of the catalogue, en and zh), backed by near-identical requests labelled with that tool
   or by the model's confidence in it (the case study's "Withdraw 50 rupees from ACC002",
@@ -142,12 +143,12 @@ def _categorise(
     """
     label, predicted = row["label_tool"], row["predicted_tool"]
     valid_prediction = predicted if predicted in catalogue.names else None
+    if context:  # the row's own context decides before any other row's label
+        pointed = [found.alternative for found in context if found.alternative not in (None, label)]
+        return Category.LABEL_INCONSISTENCY, pointed[0] if pointed else None
     conflicting = [t for _, t in duplicates if t != label]
     if conflicting:
         return Category.LABEL_CONFLICT, Counter(conflicting).most_common(1)[0][0]
-    if context:
-        pointed = [found.alternative for found in context if found.alternative not in (None, label)]
-        return Category.LABEL_INCONSISTENCY, pointed[0] if pointed else None
     neighbour_tools = Counter(t for _, t in neighbours if t != label)
     # Near-identical requests that all carry this label are the data's consistent policy for
     # this wording: then the model's confidence alone does not make the label ambiguous.
@@ -244,8 +245,13 @@ def categorise(
     findings = []
     for index, row in enumerate(rows.iter_rows(named=True)):
         hits = keyword_hits(mask_identifiers(request_text(row["prompt"])), patterns)
-        duplicates = [(i, t) for i, t in by_text[row["_same"]] if i != row["id"]]
-        neighbours = [(i, t) for i, t in by_template[templates[index]] if i != row["id"]]
+        # A label its context contradicts is no evidence about the labels of its neighbours.
+        duplicates = [
+            (i, t) for i, t in by_text[row["_same"]] if i != row["id"] and i not in context
+        ]
+        neighbours = [
+            (i, t) for i, t in by_template[templates[index]] if i != row["id"] and i not in context
+        ]
         found = context.get(row["id"], [])
         category, alternative = _categorise(row, hits, duplicates, neighbours, found, catalogue)
         if category is None:

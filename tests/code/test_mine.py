@@ -202,6 +202,22 @@ def test_a_label_its_context_contradicts_is_a_label_inconsistency_with_the_rules
     assert report.accuracy.n_flagged == 1
 
 
+def test_a_contradicted_label_is_no_evidence_against_its_near_identical_neighbours(tmp_path):
+    """Step 1 of scenario s is labelled with its goal (its history says check_balance); the same
+    request's step 1 in scenario t is sound and must not become a label conflict."""
+    first, second = scenario()
+    goal_first = {**first, "tool": second["tool"], "solution": second["solution"]}
+    sound = {**first, "id": "t-1", "scenario_id": "t"}
+    labels = loaded_rows(tmp_path, goal_first, second, sound)
+    rows = [
+        prediction_row(r["id"], r["tool"], prompt=r["prompt"], kind="multi", step=r["step"])
+        for r in labels.iter_rows(named=True)
+    ]
+    report = mine_errors(predictions_frame(rows), catalogue=CATALOGUE, labels=labels)
+
+    assert {f.id: f.category for f in report.findings} == {"s-1": Category.LABEL_INCONSISTENCY}
+
+
 # --- confident learning, report, queue -----------------------------------------------------
 
 
