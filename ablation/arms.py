@@ -19,7 +19,7 @@ from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.training.config import TrainConfig, load_preset
 from toolgrpo.training.ngrpo import Scope
-from toolgrpo.training.stage import checkpoint_step
+from toolgrpo.training.stage import saved_checkpoints
 
 Start = Literal["single_only", "default"]
 STARTS: tuple[Start, ...] = ("single_only", "default")
@@ -101,12 +101,7 @@ def scores_of(metrics: EvalMetrics, step: int) -> Scores:
 def checkpoint_models(stage_dir: Path, max_steps: int) -> dict[int, Path]:
     """Step → model directory of a finished stage: every `checkpoint-N`, and the saved model at
     `max_steps` (the same weights as a last checkpoint there)."""
-    models = {
-        checkpoint_step(path): path
-        for path in stage_dir.glob("checkpoint-*")
-        if path.is_dir() and path.name.rpartition("-")[2].isdigit()
-    }
-    models[max_steps] = stage_dir / "model"
+    models = {**saved_checkpoints(stage_dir), max_steps: stage_dir / "model"}
     return {step: path for step, path in models.items() if step <= max_steps}
 
 

@@ -53,7 +53,8 @@ def condition_branch(condition: pl.Expr, kind: pl.Expr, tool: pl.Expr) -> pl.Exp
     """`condition_holds` / `condition_fails` for a conditional step, null for any other row.
 
     From the row's `condition` label; without one, a multi-step reply counts as the condition
-    failing (the only branch a label alone shows).
+    failing (the only branch a label alone shows). `is_condition_fails` is the same rule for one
+    row (the training process's); a test keeps them equal.
     """
     replies = (kind == "multi") & (tool == "respond")
     return (
@@ -63,6 +64,13 @@ def condition_branch(condition: pl.Expr, kind: pl.Expr, tool: pl.Expr) -> pl.Exp
         .then(pl.lit("condition_fails"))
         .otherwise(None)
     )
+
+
+def is_condition_fails(kind: str, tool: str, condition: str | None = None) -> bool:
+    """`condition_branch` is `condition_fails` for one row."""
+    if condition is not None:
+        return condition == "fails"
+    return kind == "multi" and tool == "respond"
 
 
 CONTRACT_COLUMNS = list(SampleRecord.model_fields)

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
-from toolgrpo.training.stage import checkpoint_step, last_checkpoint
+from toolgrpo.training.stage import saved_checkpoints
 
 Stage = Literal["sft", "grpo"]
 TAIL_LINES = 30
@@ -151,8 +151,7 @@ def train_stage(
     stage_dir = run_dir / stage
     metrics_path = stage_dir / METRICS_FILENAME
     config.write(run_dir / CONFIG_FILENAME)
-    checkpoint = last_checkpoint(stage_dir)
-    resumed_from_step = checkpoint_step(checkpoint) if checkpoint else 0
+    resumed_from_step = max(saved_checkpoints(stage_dir), default=0)
     command = stage_command(stage, run_dir, config, init_dir)
     logger.info("starting %s: %s", stage, " ".join(command))
 

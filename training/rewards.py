@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.completion import completion_text, first_json_object
 
 # case study: LOGIC_KEYWORDS. English matched case-insensitively as whole words, Chinese anywhere.
@@ -103,11 +103,6 @@ class RewardBreakdown(NamedTuple):
         return round(self.tool + self.params + self.reasoning, 6)
 
 
-@cache
-def _catalogue() -> Catalogue:
-    return load_catalogue()
-
-
 class _KeywordScanner(NamedTuple):
     pattern: re.Pattern[str]
     tools_by_keyword: dict[str, set[str]]
@@ -122,10 +117,9 @@ def _keyword_scanner() -> _KeywordScanner:
     """
     tools_by_keyword: dict[str, set[str]] = {phrase: set() for phrase in _NOT_A_TOOL}
     english: set[str] = set(_NOT_A_TOOL)
-    for tool in _catalogue().tools:
+    for tool in default_catalogue().tools:
         for language in ("en", "zh"):
-            words = getattr(tool.keywords, language)
-            for word in [words] if isinstance(words, str) else words:
+            for word in tool.keywords.texts(language):
                 tools_by_keyword.setdefault(word.lower(), set()).add(tool.name)
                 if language == "en":
                     english.add(word.lower())
@@ -138,7 +132,7 @@ def _keyword_scanner() -> _KeywordScanner:
 
 @cache
 def _tool_names() -> frozenset[str]:
-    return frozenset(_catalogue().names)
+    return frozenset(default_catalogue().names)
 
 
 def _action_tool(answer: object) -> str | None:
@@ -163,7 +157,7 @@ def score_completion(
     parsed = first_json_object(completion_text(completion))
     if parsed is None:
         return RewardBreakdown(0.0, 0.0, 0.0)
-    catalogue = _catalogue()
+    catalogue = default_catalogue()
     action = parsed.get("action")
     action = action if isinstance(action, dict) else {}
     tool = action.get("tool")

@@ -12,24 +12,24 @@ from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
 from toolgrpo.training.model import save_model
 
 
-def last_checkpoint(stage_dir: Path) -> Path | None:
-    """The newest complete `checkpoint-N` folder of a stage, if an earlier run left one.
+def saved_checkpoints(stage_dir: Path) -> dict[int, Path]:
+    """Step → `checkpoint-N` folder of every complete checkpoint an earlier run left.
 
     The Trainer writes a checkpoint in place and its `trainer_state.json` last, so a process
-    killed while saving leaves a folder without it: that one is skipped, not resumed from.
+    killed while saving leaves a folder without it: that one is left out.
     """
-    checkpoints = stage_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if stage_dir.is_dir() else []
-    complete = [
-        path
-        for path in checkpoints
+    folders = stage_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if stage_dir.is_dir() else []
+    return {
+        int(path.name.rpartition("-")[2]): path
+        for path in folders
         if path.name.rpartition("-")[2].isdigit() and (path / TRAINER_STATE_NAME).is_file()
-    ]
-    return max(complete, key=checkpoint_step, default=None)
+    }
 
 
-def checkpoint_step(checkpoint: Path) -> int:
-    """The global step a `checkpoint-N` folder was saved at."""
-    return int(checkpoint.name.rpartition("-")[2])
+def last_checkpoint(stage_dir: Path) -> Path | None:
+    """The newest complete checkpoint of a stage, if an earlier run left one."""
+    checkpoints = saved_checkpoints(stage_dir)
+    return checkpoints[max(checkpoints)] if checkpoints else None
 
 
 def train_and_save(

@@ -99,9 +99,11 @@ def test_arms_differ_from_their_start_only_in_estimator_steps_and_checkpoints():
     assert arm.runtime.save_total_limit >= 4  # checkpoints 10, 20, 30 all kept for evaluation
 
 
-def test_every_checkpoint_and_the_final_model_are_evaluated(tmp_path):
+def test_every_complete_checkpoint_and_the_final_model_are_evaluated(tmp_path):
     for name in ["checkpoint-5", "checkpoint-10", "checkpoint-12", "model", "checkpoint-x"]:
         (tmp_path / name).mkdir()
+        (tmp_path / name / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-7").mkdir()  # killed while saving: no trainer_state.json
     models = checkpoint_models(tmp_path, max_steps=12)
     assert models == {
         5: tmp_path / "checkpoint-5",

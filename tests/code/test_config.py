@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from trl import SFTConfig
 
+from toolgrpo.schemas.samples import is_condition_fails
 from toolgrpo.training.__main__ import main as training_main
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
@@ -28,7 +29,6 @@ from toolgrpo.training.rewards import COMPONENT_REWARDS
 from toolgrpo.training.samples import (
     SamplesError,
     grpo_rows,
-    is_condition_fails,
     read_samples,
     sft_rows,
 )
@@ -239,6 +239,6 @@ def test_condition_fails_rows_repeat_in_both_stages():
     plain = load_preset("cpu", {"sft.multistep_fraction": 1.0})
     weighted = load_preset("cpu", {"sft.multistep_fraction": 1.0, "data.condition_fails_repeat": 3})
     for rows in (sft_rows, grpo_rows):
-        respond = sum(map(is_condition_fails, rows(plain)))
+        respond = sum(is_condition_fails(row["kind"], row["tool"]) for row in rows(plain))
         assert respond > 0
         assert len(rows(weighted)) == len(rows(plain)) + 2 * respond
