@@ -210,7 +210,10 @@ def config_overrides(items: list[str]) -> dict[str, Any]:
         field, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set takes FIELD=VALUE, got {item!r}")
-        overrides[field.strip()] = yaml.safe_load(value)
+        try:
+            overrides[field.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError(f"--set {field.strip()}: {value!r} is not a value") from None
     return overrides
 
 
@@ -218,14 +221,17 @@ def _retrain_params(
     preset: str, train: list[Path] | None, eval_: list[Path] | None, out: Path, set_: list[str]
 ):
     from toolgrpo.flows.retrain import RetrainParams
+    from toolgrpo.training.config import load_preset
 
     given = {"train_files": train, "eval_files": eval_}
-    return RetrainParams(
+    params = RetrainParams(
         preset=preset,
         out=out,
         config=config_overrides(set_),
         **{k: v for k, v in given.items() if v},
     )
+    load_preset(params.preset, params.config)  # a bad field or value stops before any run
+    return params
 
 
 @app.command
@@ -260,10 +266,11 @@ def run(
         return 2
     try:
         params = _retrain_params(preset, train, eval_, out, set_ or [])
-        summary = retrain(params)
     except (ValueError, ValidationError, ConfigError) as error:
         print(f"toolgrpo run: {error}", file=sys.stderr)
         return 2
+    try:
+        summary = retrain(params)
     except DataGateFailed as error:
         for problem in error.report.failures:
             print(problem, file=sys.stderr)
