@@ -18,7 +18,15 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from toolgrpo.ablation.arms import ARMS, STARTS, AblationError, Start, arm_config, start_config
+from toolgrpo.ablation.arms import (
+    ARMS,
+    STARTS,
+    AblationError,
+    Arm,
+    Start,
+    arm_config,
+    start_config,
+)
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings
@@ -32,7 +40,6 @@ from toolgrpo.tasks.ablation import (
 )
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.training.config import ConfigError, load_preset
-from toolgrpo.training.ngrpo import Scope
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
 
@@ -45,7 +52,7 @@ class AblationParams(BaseModel):
     seeds: int = Field(3, ge=1, description="seeds per start and arm: the preset's seed, +1, …")
     steps: int | None = Field(None, gt=0, description="GRPO steps per arm; None: the preset's")
     eval_every: int | None = Field(None, gt=0, description="None: a third of the steps")
-    arms: list[Scope] = Field(default_factory=lambda: list(ARMS), min_length=1)
+    arms: list[Arm] = Field(default_factory=lambda: list(ARMS), min_length=1)
     starts: list[Start] = Field(default_factory=lambda: list(STARTS), min_length=1)
     workers: int = Field(2, ge=1, description="arms trained at once")
     out: Path = Path("runs")
@@ -117,6 +124,7 @@ def ablation(params: AblationParams) -> AblationReport:
     arms = {
         (start, seed, arm): train_arm.submit(
             starts[start, seed],
+            arm,
             arm_config(config, arm, steps, eval_every),
             run_dir / start / f"seed-{seed}" / arm,
             samples,

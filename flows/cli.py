@@ -43,7 +43,7 @@ def ablate(
     seeds: int = 3,
     steps: int | None = None,
     eval_every: int | None = None,
-    arms: str = "none,zero_std,all",
+    arms: str = "none,zero_std,zero_std_tool,all",
     starts: str = "single_only,default",
     workers: int = 2,
     out: Path = Path("runs"),
@@ -280,7 +280,11 @@ def run(
         print(f"toolgrpo run: {error}", file=sys.stderr)
         return 1
     print("\n" + markdown_table(before_after_rows(summary.accuracy)))
-    print(f"\n{summary.zero_std.line()} (calibration changed {summary.zero_std.changed})")
+    zero_std = summary.zero_std
+    print(
+        f"\n{zero_std.line()}; on the tool score {zero_std.zero_on_tool}/{zero_std.total} "
+        f"(calibration changed {zero_std.changed})"
+    )
     print(f"report: {summary.run_dir / 'report.html'}\nsummary: {summary.run_dir / 'summary.json'}")
     return 0
 

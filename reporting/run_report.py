@@ -56,7 +56,8 @@ def report_markdown(
             f"`{summary.config_hash[:12]}`. {reuse}  \nRows: {rows}.  \nWall time: {wall}.",
             "## Tool accuracy before and after GRPO",
             markdown_table(before_after_rows(summary.accuracy)),
-            f"NGRPO: `{summary.zero_std.line()}`; the calibration changed "
+            f"NGRPO: `{summary.zero_std.line()}` ({summary.zero_std.zero_on_tool} on the tool "
+            f"score alone); the calibration changed "
             f"{summary.zero_std.changed} of those groups.",
             "## Plots",
             "\n\n".join(images),

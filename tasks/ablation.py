@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from toolgrpo.ablation.arms import (
     ARM_RECORD,
     AblationError,
+    Arm,
     ArmRun,
     Scores,
     Start,
@@ -76,6 +77,7 @@ def train_start(
 @task(name="train-arm", cache_policy=NO_CACHE)
 def train_arm(
     start: StartRun,
+    arm: Arm,
     config: TrainConfig,
     run_dir: Path,
     samples: pl.DataFrame,
@@ -88,17 +90,17 @@ def train_arm(
     curve = evaluate_steps(
         checkpoint_models(stage_dir, config.grpo.max_steps), samples, run_dir / "eval", settings
     )
-    arm = ArmRun(
+    record = ArmRun(
         start=start.start,
-        arm=config.grpo.ngrpo_scope,
+        arm=arm,
         seed=config.seed,
         curve=[start.scores, *curve],
         groups=ZeroStdGroups.from_metrics(read_metrics(grpo.metrics_path)),
         wall_s=grpo.wall_s,
     )
     # The arm's record on its own, so finished arms of an interrupted ablation can be read back.
-    (run_dir / ARM_RECORD).write_text(arm.model_dump_json(indent=2), encoding="utf-8")
-    return arm
+    (run_dir / ARM_RECORD).write_text(record.model_dump_json(indent=2), encoding="utf-8")
+    return record
 
 
 class AblationReport(BaseModel):

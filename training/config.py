@@ -183,6 +183,11 @@ class GRPOSection(TrlSection):
     ngrpo_max_reward: float | None = Field(
         None, gt=0, description="reward of the virtual sample; None: the reward's maximum"
     )
+    ngrpo_zero_std_on: Literal["total", "tool"] = Field(
+        "total",
+        description="what a zero-std group has equal: the total reward (the case study) or the "
+        "tool component's score",
+    )
     reward_points: RewardWeights = RewardWeights()
 
 

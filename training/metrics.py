@@ -20,6 +20,7 @@ METRICS_FILENAME = "train_metrics.jsonl"
 # NGRPOTrainer's per-step group counts (training.ngrpo) → this file's names.
 _GROUP_COUNTS = {
     "ngrpo/zero_std_groups": "zero_std_groups",
+    "ngrpo/zero_std_tool_groups": "zero_std_tool_groups",
     "ngrpo/calibrated_groups": "calibrated_groups",
     "ngrpo/total_groups": "groups",
 }

@@ -99,6 +99,13 @@ def test_arms_differ_from_their_start_only_in_estimator_steps_and_checkpoints():
     assert arm.runtime.save_total_limit >= 4  # checkpoints 10, 20, 30 all kept for evaluation
 
 
+def test_the_tool_score_arm_is_the_zero_std_scope_deciding_on_the_tool_component():
+    start = start_config("cpu", "default", seed=1, torch_threads=2, overrides={})
+    arm = arm_config(start, "zero_std_tool", steps=30, eval_every=10)
+    assert (arm.grpo.ngrpo_scope, arm.grpo.ngrpo_zero_std_on) == ("zero_std", "tool")
+    assert arm_config(start, "zero_std", 30, 10).grpo.ngrpo_zero_std_on == "total"
+
+
 def test_every_complete_checkpoint_and_the_final_model_are_evaluated(tmp_path):
     for name in ["checkpoint-5", "checkpoint-10", "checkpoint-12", "model", "checkpoint-x"]:
         (tmp_path / name).mkdir()
