@@ -244,18 +244,41 @@ def mine(*, predictions: Path, audit: Path | None = None, out: Path = Path("runs
 
 
 @mine_app.command(name="apply-review")
-def apply_review(reviewed: Path, *, overrides: Path = LABEL_OVERRIDES) -> int:
+def apply_review(
+    reviewed: Path,
+    *,
+    overrides: Path = LABEL_OVERRIDES,
+    data: Annotated[list[Path] | None, Parameter(consume_multiple=True, negative="")] = None,
+    allow_unknown: bool = False,
+) -> int:
     """Turn REVIEWED (a review_queue.csv whose decision/reviewer/reason columns are filled in)
     into label overrides merged into OVERRIDES; the loader applies them on the next run.
 
-    Exit 0: written; 2: the file is missing or a decision is unusable (file:line says which).
+    Each decision is checked against its row in DATA (default: the shipped train and eval files)
+    as the next data gate will check it; --allow-unknown writes decisions for ids of no row.
+    Exit 0: written; 1: a decision, or a line of OVERRIDES, is unusable (one line each says
+    where), nothing written; 2: a file is missing, unreadable or cannot be written.
     """
+    from toolgrpo.flows.review import SHIPPED_SAMPLES
     from toolgrpo.flows.review import apply_review as apply_review_flow
     from toolgrpo.mining.review import ReviewError
 
+    data = data or SHIPPED_SAMPLES
+    if unusable := unusable_files([reviewed, *data]):
+        say(f"toolgrpo mine apply-review: {unusable}", error=True)
+        return 2
     try:
-        apply_review_flow(reviewed, overrides)
-    except (OSError, ReviewError) as error:
+        apply_review_flow(reviewed, overrides, data, allow_unknown)
+    except ReviewError as error:
+        for problem in error.problems:
+            say(str(problem), error=True)
+        say(
+            f"toolgrpo mine apply-review: {len(error.problems)} problem(s); nothing was written "
+            f"to {overrides}",
+            error=True,
+        )
+        return 1
+    except OSError as error:
         say(f"toolgrpo mine apply-review: {error}", error=True)
         return 2
     return 0
