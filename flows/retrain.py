@@ -126,15 +126,15 @@ def cached_stage(
     init_dir: Path | None = None,
 ) -> StageResult:
     """`train_stage`, reused when the same key (data + config) trained before and its model is
-    still on disk."""
+    still on disk, and resumed from the checkpoint of an unfinished run with the same key."""
     cached = train_stage.with_options(
         cache_policy=CacheKeyFnPolicy(cache_key_fn=lambda *_: f"{stage}-{key}"),
         persist_result=True,
     )
-    result = cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir)
+    result = cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key)
     if not (result.model_dir / "config.json").is_file():
         result = cached.with_options(refresh_cache=True)(
-            stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir
+            stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key
         )
     return result
 

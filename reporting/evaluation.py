@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolgrpo.evaluation.metrics import RATES, EvalMetrics
-from toolgrpo.reporting.markdown import markdown_table, percent
+from toolgrpo.reporting.markdown import Markdown, markdown_table, percent
 
 
 def metrics_tables(metrics: EvalMetrics) -> dict[str, list[dict[str, Any]]]:
@@ -24,7 +24,10 @@ def metrics_tables(metrics: EvalMetrics) -> dict[str, list[dict[str, Any]]]:
         for s in metrics.slices
     ]
     confusion = [
-        {"label \\ predicted": label, **dict(zip(metrics.confusion.predicted, row, strict=True))}
+        {
+            Markdown("label \\ predicted"): label,
+            **dict(zip(metrics.confusion.predicted, row, strict=True)),
+        }
         for label, row in zip(metrics.confusion.labels, metrics.confusion.counts, strict=True)
     ]
     return {"accuracy": summary, "slices": slices, "confusion": confusion}

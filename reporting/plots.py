@@ -14,6 +14,7 @@ from matplotlib.ticker import MaxNLocator
 from toolgrpo.ablation.arms import ARMS, START_LABELS
 from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.evaluation.metrics import EvalMetrics, Headline
+from toolgrpo.reporting.files import replace_file
 from toolgrpo.reporting.run_report import stage_rows
 
 
@@ -90,10 +91,8 @@ def plot_confusion(metrics: EvalMetrics, path: Path) -> Path:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return replace_file(path, lambda temporary: fig.savefig(temporary, format="png", dpi=110))
 
 
 def plot_multi_step(summary: AblationSummary, path: Path) -> Path:

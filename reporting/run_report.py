@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import base64
-import re
+from collections.abc import Collection
 from pathlib import Path
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 
 from toolgrpo.evaluation.metrics import EvalMetrics, Headline
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
-from toolgrpo.reporting.markdown import markdown_table, percent
+from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text, percent
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.run import RunSummary
 
@@ -43,17 +44,16 @@ def report_markdown(
         if not summary.retrained
         else "Trained on this run's data."
     )
-    rows = ", ".join(f"{Path(name).name} {n}" for name, n in summary.rows.items())
+    rows = ", ".join(f"{markdown_text(Path(name).name)} {n}" for name, n in summary.rows.items())
     wall = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in summary.wall_s.items())
-    images = [
-        f"![{name}]({path.relative_to(summary.run_dir).as_posix()})" for name, path in plots.items()
-    ]
+    images = [f"![{name}]({image_source(path, summary.run_dir)})" for name, path in plots.items()]
     tables = metrics_tables(after)
     return "\n\n".join(
         [
-            f"# toolgrpo retrain — preset `{summary.preset}`",
-            f"Run folder: `{summary.run_dir}`  \nData hash `{summary.data_hash[:12]}`, config hash "
-            f"`{summary.config_hash[:12]}`. {reuse}  \nRows: {rows}.  \nWall time: {wall}.",
+            f"# toolgrpo retrain — preset {code_span(summary.preset)}",
+            f"Run folder: {code_span(summary.run_dir)}  \nData hash `{summary.data_hash[:12]}`, "
+            f"config hash `{summary.config_hash[:12]}`. {reuse}  \nRows: {rows}.  \n"
+            f"Wall time: {wall}.",
             "## Tool accuracy before and after GRPO",
             markdown_table(before_after_rows(summary.accuracy)),
             f"NGRPO: `{summary.zero_std.line()}` ({summary.zero_std.zero_on_tool} on the tool "
@@ -70,15 +70,32 @@ def report_markdown(
     )
 
 
-def report_html(markdown: str, run_dir: Path) -> str:
-    """A self-contained HTML page of `markdown`, its images inlined as data URIs."""
-    body = MarkdownIt("commonmark").enable("table").render(markdown)
+def image_source(plot: Path, run_dir: Path) -> str:
+    """How report.md links a plot of the run: its path relative to the run folder."""
+    return plot.relative_to(run_dir).as_posix()
 
-    def inline(match: re.Match[str]) -> str:
-        data = base64.b64encode((run_dir / match.group(1)).read_bytes()).decode("ascii")
-        return f'src="data:image/png;base64,{data}"'
 
-    body = re.sub(r'src="([^"]+\.png)"', inline, body)
+def report_html(markdown: str, run_dir: Path, plots: Collection[Path]) -> str:
+    """A self-contained HTML page of `markdown`, the run's `plots` inlined as data URIs.
+
+    Raw HTML in the markdown is shown as text, and only the images whose source is one of
+    `plots` are read: an image named anywhere else (text from the data) is shown as its alt
+    text, so a report cannot run script or embed a file from outside the run.
+    """
+    inlined = {image_source(plot, run_dir): plot for plot in plots}
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+    def image(self, tokens, idx, options, env) -> str:
+        token = tokens[idx]
+        alt = escapeHtml(self.renderInlineAsText(token.children, options, env))
+        plot = inlined.get(str(token.attrGet("src")))
+        if plot is None:
+            return alt
+        data = base64.b64encode(plot.read_bytes()).decode("ascii")
+        return f'<img src="data:image/png;base64,{data}" alt="{alt}">'
+
+    renderer.add_render_rule("image", image)
+    body = renderer.render(markdown)
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;margin:1em 0;font-size:13px}"

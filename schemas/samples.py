@@ -16,6 +16,7 @@ from pandera.polars import PolarsData
 from pydantic import BaseModel, ConfigDict
 
 from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.problems import shown
 
 KINDS = ("single", "multi")
 LANGS = ("en", "zh")
@@ -23,6 +24,10 @@ LANGS = ("en", "zh")
 # (reply with `respond` instead).
 CONDITIONS = ("holds", "fails")
 MAX_PROMPT_CHARS = 4_000
+# A completion of the longest preset (350 tokens) is ~1,500 characters; the shipped solutions are
+# at most ~300. Longer text is a broken export, not a label, and would bloat every report.
+MAX_SOLUTION_CHARS = 4_000
+MAX_ID_CHARS = 200
 # One executed step in a step-k prompt's history, after a blank line and `Previous steps:`.
 PREVIOUS_STEPS_HEADER = "\n\nPrevious steps:\n"
 PREVIOUS_STEP_LINE = r"(?m)^Step \d+: \S+ → "
@@ -234,6 +239,21 @@ class Sample(pa.DataFrameModel):
         return data.lazyframe.select(pl.col("prompt").str.len_chars() <= MAX_PROMPT_CHARS)
 
     @pa.dataframe_check
+    def solution_within_length(cls, data: PolarsData) -> pl.LazyFrame:
+        """The solution is at most 4,000 characters."""
+        return data.lazyframe.select(pl.col("solution").str.len_chars() <= MAX_SOLUTION_CHARS)
+
+    @pa.dataframe_check
+    def id_within_length(cls, data: PolarsData) -> pl.LazyFrame:
+        """The id is at most 200 characters."""
+        return data.lazyframe.select(pl.col("id").str.len_chars() <= MAX_ID_CHARS)
+
+    @pa.dataframe_check
+    def scenario_id_within_length(cls, data: PolarsData) -> pl.LazyFrame:
+        """The scenario_id is at most 200 characters."""
+        return data.lazyframe.select(pl.col("scenario_id").str.len_chars() <= MAX_ID_CHARS)
+
+    @pa.dataframe_check
     def previous_steps_match_step(cls, data: PolarsData) -> pl.LazyFrame:
         """Step k's prompt lists exactly k-1 previous steps (`Step i: tool → observation`)."""
         step = pl.col("step")
@@ -320,19 +340,32 @@ def check_names() -> list[str]:
     return [check.name for check in ParsedSample.to_schema().checks]
 
 
-# What was observed on a failing row, per check; evaluated on failing rows only.
+def shown_column(column: str) -> pl.Expr:
+    """A text column's values as `problems.shown` quotes them (cut, control characters escaped)."""
+    return pl.col(column).map_elements(shown, return_dtype=pl.String)
+
+
+def _length_detail(column: str, limit: int) -> pl.Expr:
+    return pl.format(
+        "{} has {} characters (at most {})", pl.lit(column), pl.col(column).str.len_chars(), limit
+    )
+
+
+# What was observed on a failing row, per check, values quoted through `shown`; evaluated on
+# failing rows only.
 FAILURE_DETAILS: dict[str, pl.Expr] = {
-    "id_unique": pl.format('id "{}" is used by more than one row', pl.col("id")),
-    "kind_known": pl.format('kind is "{}" (expected "single" or "multi")', pl.col("kind")),
+    "id_unique": pl.format('id "{}" is used by more than one row', shown_column("id")),
+    "kind_known": pl.format('kind is "{}" (expected "single" or "multi")', shown_column("kind")),
     "steps_match_kind": pl.format(
-        "{} row has step {} of n_steps {}", pl.col("kind"), pl.col("step"), pl.col("n_steps")
+        "{} row has step {} of n_steps {}", shown_column("kind"), pl.col("step"), pl.col("n_steps")
     ),
-    "lang_known": pl.format('lang is "{}" (expected "en" or "zh")', pl.col("lang")),
-    "tool_in_catalogue": pl.format('tool "{}" is not in data/tools.json', pl.col("tool")),
+    "lang_known": pl.format('lang is "{}" (expected "en" or "zh")', shown_column("lang")),
+    "tool_in_catalogue": pl.format('tool "{}" is not in data/tools.json', shown_column("tool")),
     "prompt_not_empty": pl.lit("prompt is empty"),
-    "prompt_within_length": pl.format(
-        "prompt has {} characters (at most {})", pl.col("prompt").str.len_chars(), MAX_PROMPT_CHARS
-    ),
+    "prompt_within_length": _length_detail("prompt", MAX_PROMPT_CHARS),
+    "solution_within_length": _length_detail("solution", MAX_SOLUTION_CHARS),
+    "id_within_length": _length_detail("id", MAX_ID_CHARS),
+    "scenario_id_within_length": _length_detail("scenario_id", MAX_ID_CHARS),
     "previous_steps_match_step": pl.when(has_previous_steps_section() == (pl.col("step") > 1))
     .then(
         pl.format(
@@ -346,13 +379,13 @@ FAILURE_DETAILS: dict[str, pl.Expr] = {
     .then(pl.format("step {} has no `Previous steps:` section", pl.col("step")))
     .otherwise(pl.lit("step 1 has a `Previous steps:` section (expected none)")),
     "condition_known": pl.format(
-        'condition is "{}" (expected "holds", "fails" or none)', pl.col("condition")
+        'condition is "{}" (expected "holds", "fails" or none)', shown_column("condition")
     ),
     "condition_after_first_step": pl.format(
-        "condition on a {} row at step {}", pl.col("kind"), pl.col("step")
+        "condition on a {} row at step {}", shown_column("kind"), pl.col("step")
     ),
     "condition_matches_tool": pl.format(
-        'condition "{}" with tool "{}"', pl.col("condition"), pl.col("tool")
+        'condition "{}" with tool "{}"', shown_column("condition"), shown_column("tool")
     ),
     "solution_is_json_object": pl.lit("solution is not a JSON object"),
     "solution_has_thought": pl.lit("solution has no non-empty string `thought`"),
@@ -361,10 +394,13 @@ FAILURE_DETAILS: dict[str, pl.Expr] = {
     "solution_plan_is_string_list": pl.lit("solution's `plan` is not a list of strings"),
     "tool_matches_solution": pl.format(
         'tool "{}" differs from the solution\'s action.tool "{}"',
-        pl.col("tool"),
-        pl.col("action_tool").fill_null("(none)"),
+        shown_column("tool"),
+        shown_column("action_tool").fill_null("(none)"),
     ),
     "params_match_schema": pl.format(
-        "{} params {}: {}", pl.col("action_tool"), pl.col("action_params"), pl.col("params_error")
+        "{} params {}: {}",
+        shown_column("action_tool"),
+        shown_column("action_params"),
+        shown_column("params_error"),
     ),
 }

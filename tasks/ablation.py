@@ -29,6 +29,7 @@ from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.ablation.verdict import write_verdict
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
+from toolgrpo.reporting.files import write_text_file
 from toolgrpo.reporting.plots import plot_multi_step
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
@@ -99,7 +100,7 @@ def train_arm(
         wall_s=grpo.wall_s,
     )
     # The arm's record on its own, so finished arms of an interrupted ablation can be read back.
-    (run_dir / ARM_RECORD).write_text(record.model_dump_json(indent=2), encoding="utf-8")
+    write_text_file(run_dir / ARM_RECORD, record.model_dump_json(indent=2))
     return record
 
 
@@ -119,10 +120,8 @@ def publish_ablation(summary: AblationSummary, run_dir: Path) -> AblationReport:
     verdict = write_verdict(summary)
     plot = plot_multi_step(summary, run_dir / "ablation.png")
     markdown = ablation_markdown(summary, verdict, plot)
-    markdown_path = run_dir / "ablation.md"
-    json_path = run_dir / "ablation.json"
-    markdown_path.write_text(markdown + "\n", encoding="utf-8")
-    json_path.write_text(summary.model_dump_json(indent=2), encoding="utf-8")
+    markdown_path = write_text_file(run_dir / "ablation.md", markdown + "\n")
+    json_path = write_text_file(run_dir / "ablation.json", summary.model_dump_json(indent=2))
     create_markdown_artifact(
         markdown=markdown.replace(f"]({plot.name})", f"]({plot.resolve().as_uri()})"),
         key="ablation-report",

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from toolgrpo.evaluation.metrics import EvalMetrics, compute_metrics
 from toolgrpo.evaluation.predict import DEFAULT_SETTINGS, EvalSettings, predict
 from toolgrpo.reporting.evaluation import metrics_markdown
+from toolgrpo.reporting.files import replace_file, write_text_file
 
 
 class EvalReport(BaseModel):
@@ -31,12 +32,9 @@ def write_evaluation(
     predictions: pl.DataFrame, metrics: EvalMetrics, model_dir: Path, out_dir: Path
 ) -> EvalReport:
     """predictions.parquet, metrics.json and metrics.md in `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    predictions_path = out_dir / "predictions.parquet"
-    metrics_path = out_dir / "metrics.json"
-    predictions.write_parquet(predictions_path)
-    metrics_path.write_text(metrics.model_dump_json(indent=2), encoding="utf-8")
-    (out_dir / "metrics.md").write_text(metrics_markdown(metrics) + "\n", encoding="utf-8")
+    predictions_path = replace_file(out_dir / "predictions.parquet", predictions.write_parquet)
+    metrics_path = write_text_file(out_dir / "metrics.json", metrics.model_dump_json(indent=2))
+    write_text_file(out_dir / "metrics.md", metrics_markdown(metrics) + "\n")
     return EvalReport(
         model_dir=model_dir,
         predictions_path=predictions_path,

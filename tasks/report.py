@@ -17,6 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
+from toolgrpo.reporting.files import write_text_file
 from toolgrpo.reporting.plots import plot_accuracy, plot_confusion, plot_rewards, plot_zero_std
 from toolgrpo.reporting.run_report import before_after_rows, report_html, report_markdown
 from toolgrpo.schemas.run import RunSummary
@@ -41,9 +42,9 @@ def publish_report(
         "confusion matrix": plot_confusion(after, plots_dir / "confusion.png"),
     }
     markdown = report_markdown(summary, after, mining, plots)
-    (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2), encoding="utf-8")
-    (run_dir / "report.md").write_text(markdown + "\n", encoding="utf-8")
-    (run_dir / "report.html").write_text(report_html(markdown, run_dir), encoding="utf-8")
+    write_text_file(run_dir / "summary.json", summary.model_dump_json(indent=2))
+    write_text_file(run_dir / "report.md", markdown + "\n")
+    write_text_file(run_dir / "report.html", report_html(markdown, run_dir, plots.values()))
 
     tables = metrics_tables(after)
     create_markdown_artifact(

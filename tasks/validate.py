@@ -20,6 +20,7 @@ from toolgrpo.reporting.data_quality import (
     failure_records,
     render_markdown,
 )
+from toolgrpo.reporting.files import write_csv_file, write_text_file
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.validation import gate
 from toolgrpo.validation.gate import DataGateFailed
@@ -56,7 +57,7 @@ def publish_data_report(
     the same as Prefect artifacts; returns the report with its counts and run folder."""
     report = report.model_copy(update={"counts": counts, "run_dir": str(run_dir)})
     markdown = render_markdown(report)
-    (run_dir / "report.md").write_text(markdown, encoding="utf-8")
+    write_text_file(run_dir / "report.md", markdown)
     failure_schema = {
         "file": pl.String,
         "line": pl.Int64,
@@ -64,15 +65,18 @@ def publish_data_report(
         "check": pl.String,
         "message": pl.String,
     }
-    pl.DataFrame(failure_records(report.failures), schema=failure_schema).write_csv(
-        run_dir / "failures.csv"
+    write_csv_file(
+        pl.DataFrame(failure_records(report.failures), schema=failure_schema),
+        run_dir / "failures.csv",
     )
     conflict_schema = {k: pl.String for k in ("prompt", "id", "location", "tool")}
-    pl.DataFrame(conflict_records(report.conflicts), schema=conflict_schema).write_csv(
-        run_dir / "conflicts.csv"
+    write_csv_file(
+        pl.DataFrame(conflict_records(report.conflicts), schema=conflict_schema),
+        run_dir / "conflicts.csv",
     )
-    (run_dir / DATA_QUALITY_FILE).write_text(
-        json.dumps(report.model_dump(mode="json"), ensure_ascii=False, indent=2), encoding="utf-8"
+    write_text_file(
+        run_dir / DATA_QUALITY_FILE,
+        json.dumps(report.model_dump(mode="json"), ensure_ascii=False, indent=2),
     )
 
     create_markdown_artifact(key="data-quality-summary", markdown=markdown)

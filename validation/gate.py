@@ -13,14 +13,16 @@ import pandera.errors
 import polars as pl
 
 from toolgrpo.schemas.data_quality import ConflictRow, DataReport, LabelConflict
-from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.samples import (
     FAILURE_DETAILS,
+    MAX_PROMPT_CHARS,
     ParsedSample,
     check_names,
     check_rule,
     normalised_prompt,
     parse_solution,
+    shown_column,
 )
 from toolgrpo.validation.loader import LoadedSamples
 
@@ -55,7 +57,9 @@ def schema_failures(frame: pl.DataFrame) -> list[Problem]:
     else:
         return []
     problems = [
-        Problem(file=TABLE, line=None, check=str(case["check"]), message=str(case["failure_case"]))
+        Problem(
+            file=TABLE, line=None, check=str(case["check"]), message=shown(case["failure_case"])
+        )
         for case in cases.filter(pl.col("index").is_null()).iter_rows(named=True)
     ]
     located = cases.filter(pl.col("index").is_not_null()).select("check", "index")
@@ -63,7 +67,8 @@ def schema_failures(frame: pl.DataFrame) -> list[Problem]:
     for (check,), failing in located.group_by("check", maintain_order=True):
         rows = indexed.join(failing.select(pl.col("index").cast(pl.UInt32)), on="index")
         detail = FAILURE_DETAILS.get(check, pl.lit(check_rule(check)))
-        for row in rows.select("file", "line", "id", detail.alias("detail")).iter_rows(named=True):
+        details = rows.select("file", "line", shown_column("id"), detail.alias("detail"))
+        for row in details.iter_rows(named=True):
             message = row["detail"] or check_rule(check)
             problems.append(
                 Problem(
@@ -82,9 +87,13 @@ def find_label_conflicts(frame: pl.DataFrame) -> list[LabelConflict]:
     )
     return [
         LabelConflict(
-            prompt=prompt,
+            prompt=shown(prompt, limit=MAX_PROMPT_CHARS),
             rows=[
-                ConflictRow(id=row["id"], location=f"{row['file']}:{row['line']}", tool=row["tool"])
+                ConflictRow(
+                    id=shown(row["id"]),
+                    location=f"{row['file']}:{row['line']}",
+                    tool=shown(row["tool"]),
+                )
                 for row in rows.iter_rows(named=True)
             ],
         )
@@ -122,12 +131,10 @@ def validate_samples(loaded: LoadedSamples) -> DataReport:
 
 
 def count_rows(loaded: LoadedSamples) -> dict[str, dict[str, int]]:
-    """Row counts by file, kind, lang, tool and step (of the rows that could be read)."""
-    frame = loaded.frame
-    return {
-        dimension: {
-            str(value): count
-            for value, count in frame.group_by(dimension).len().sort(dimension).iter_rows()
-        }
-        for dimension in COUNT_DIMENSIONS
-    }
+    """Row counts by file, kind, lang, tool and step (of the rows that could be read), each
+    value as `shown` (a 10 MB tool name is counted, not repeated)."""
+    counts: dict[str, dict[str, int]] = {dimension: {} for dimension in COUNT_DIMENSIONS}
+    for dimension, by_value in counts.items():
+        for value, count in loaded.frame.group_by(dimension).len().sort(dimension).iter_rows():
+            by_value[shown(value)] = by_value.get(shown(value), 0) + count
+    return counts

@@ -69,7 +69,8 @@ def test_report_html_inlines_its_plots(tmp_path):
     figure.subplots().plot([0, 1], [0, 1])
     (tmp_path / "plots").mkdir()
     figure.savefig(tmp_path / "plots" / "x.png")
-    html = report_html("# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![x](plots/x.png)", tmp_path)
+    markdown = "# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![x](plots/x.png)"
+    html = report_html(markdown, tmp_path, [tmp_path / "plots" / "x.png"])
     assert 'src="data:image/png;base64,' in html
     assert "<table>" in html
     assert "plots/x.png" not in html

@@ -158,6 +158,11 @@ VIOLATIONS = [
     Violation("prompt_not_empty", {**SINGLE, "id": "x", "prompt": " \n "}),
     Violation("prompt_within_length", {**SINGLE, "id": "x", "prompt": "a" * 4_001}),
     Violation(
+        "solution_within_length", {**SINGLE, "id": "x", "solution": solution(thought="a" * 4_000)}
+    ),
+    Violation("id_within_length", {**SINGLE, "id": "x" * 201}),
+    Violation("scenario_id_within_length", {**SINGLE, "id": "x", "scenario_id": "s" * 201}),
+    Violation(
         "previous_steps_match_step", {**MULTI_STEP_2, "prompt": "查一下 ACC001 余额，够的话转账"}
     ),
     Violation(

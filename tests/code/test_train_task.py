@@ -52,7 +52,7 @@ def test_deadline_stops_the_training_process_and_says_how_to_resume(prefect_harn
     with disable_run_logger(), pytest.raises(StageFailed, match="past its 2s deadline") as error:
         train_stage.fn("sft", tmp_path, load_preset("smoke"), timeout_s=2)
     assert error.value.returncode is None
-    assert "re-run to resume" in str(error.value)
+    assert "no checkpoint was saved, so a re-run starts the stage over" in str(error.value)
     time.sleep(0.5)
     assert _training_processes(tmp_path) == []
 
