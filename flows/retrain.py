@@ -21,13 +21,15 @@ from pydantic import BaseModel, Field
 from toolgrpo import training
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
+from toolgrpo.reporting.markdown import markdown_table
+from toolgrpo.reporting.run_report import before_after_rows
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.schemas.samples import TRAINING_COLUMNS
 from toolgrpo.tasks.evaluate import evaluate_model
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
-from toolgrpo.tasks.report import publish_report
+from toolgrpo.tasks.report import publish_headline, publish_report
 from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
 from toolgrpo.tasks.train import StageResult, train_stage
 from toolgrpo.tasks.validate import (
@@ -227,5 +229,8 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
         wall_s={stage: round(seconds, 1) for stage, seconds in wall.items()},
     )
     report = publish_report(summary, after.metrics, mining, grpo_metrics)
-    logger.info("%s; report: %s", summary.zero_std.line(), report)
+    publish_headline(summary, report)
+    table = markdown_table(before_after_rows(summary.accuracy))
+    logger.info("tool accuracy before and after GRPO (n: rows evaluated):\n%s", table)
+    logger.info("%s; report: %s", summary.zero_std.line(), report.html)
     return summary

@@ -28,7 +28,7 @@ from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.ablation.verdict import write_verdict
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
-from toolgrpo.reporting.plots import plot_multi_step
+from toolgrpo.reporting.plots import plot_multi_step, png_data_uri
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import train_stage
@@ -122,7 +122,7 @@ def publish_ablation(summary: AblationSummary, run_dir: Path) -> AblationReport:
     markdown_path.write_text(markdown + "\n", encoding="utf-8")
     json_path.write_text(summary.model_dump_json(indent=2), encoding="utf-8")
     create_markdown_artifact(
-        markdown=markdown.replace(f"]({plot.name})", f"]({plot.resolve().as_uri()})"),
+        markdown=markdown.replace(f"]({plot.name})", f"]({png_data_uri(plot)})"),
         key="ablation-report",
         description="SFT vs GRPO vs NGRPO: verdict and table",
     )
