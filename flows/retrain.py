@@ -196,10 +196,16 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     wall["sft"], wall["grpo"] = (sft.wall_s, grpo.wall_s) if retrained else (0.0, 0.0)
 
     started = time.monotonic()
-    before = evaluate_model(sft.model_dir, eval_rows, run_dir / "eval_sft", settings)
-    after = evaluate_model(grpo.model_dir, eval_rows, run_dir / "eval_grpo", settings)
+    before = evaluate_model(
+        sft.model_dir, eval_rows, run_dir / "eval_sft", settings, label="evaluate sft · eval"
+    )
+    after = evaluate_model(
+        grpo.model_dir, eval_rows, run_dir / "eval_grpo", settings, label="evaluate grpo · eval"
+    )
     audit = (
-        evaluate_model(grpo.model_dir, train_rows, run_dir / "eval_train", settings)
+        evaluate_model(
+            grpo.model_dir, train_rows, run_dir / "eval_train", settings, label="audit · train"
+        )
         if params.audit_training_rows
         else None
     )

@@ -2,17 +2,19 @@
 
 The stage runs as `python -m toolgrpo.training …` (one process) or `accelerate launch -m
 toolgrpo.training …` (several processes or GPUs), so a crash there cannot take the flow down and
-the same task drives a CPU, a GPU or many. The task streams the child's output into the run log,
-turns the metrics file into a progress artifact, enforces its own deadline (Prefect's timeouts
-cannot interrupt a blocking call) by killing the child's process group, and raises with the last
-lines of output when the child fails. Running the task again — or a Prefect retry — resumes from
-the checkpoint.
+the same task drives a CPU, a GPU or many. The task streams the child's output into the run log
+(its progress lines at info level, its per-step records at debug), turns the metrics file into a
+progress artifact, enforces its own deadline (Prefect's timeouts cannot interrupt a blocking
+call) by killing the child's process group, and raises with the last lines of output when the
+child fails. Running the task again — or a Prefect retry — resumes from the checkpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -23,10 +25,11 @@ from pathlib import Path
 from typing import IO, Literal
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
+from toolgrpo.tasks.progress import update_progress
 from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
 from toolgrpo.training.stage import checkpoint_step, last_checkpoint
@@ -38,6 +41,10 @@ KILL_GRACE_S = 10.0
 # Exit status of `python -m toolgrpo.training` for unusable input (bad config, missing data):
 # retrying cannot help.
 INPUT_ERROR_STATUS = 2
+# Per-step records of the child: the Trainer's own dict of every logged metric, and NGRPO's
+# zero-std line. train_metrics.jsonl keeps them and the progress lines sum them up, so the run
+# log gets them at debug level only.
+PER_STEP_RECORD = re.compile(r"^\{'|^toolgrpo\.training\.ngrpo: Zero std: ")
 
 
 class StageFailed(RuntimeError):
@@ -106,15 +113,6 @@ def _progress(metrics_path: Path) -> tuple[int, int]:
     return last.get("step", 0), last.get("max_steps", 0)
 
 
-def _update_progress(artifact_id, progress: float, description: str) -> None:
-    """Best effort: a slow or unreachable Prefect API must not fail a training stage (seen
-    here: an API read timeout on a loaded 2-core box restarted a stage)."""
-    try:
-        update_progress_artifact(artifact_id, progress=progress, description=description)
-    except Exception as error:  # httpx timeouts and API errors alike
-        get_run_logger().warning("progress artifact not updated: %s", error)
-
-
 def _retry_unless_input_error(task, task_run, state) -> bool:
     """Retry a crash (it resumes from the checkpoint), not a bad config or a timeout."""
     try:
@@ -128,6 +126,7 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
 
 @task(
     name="train-stage",
+    task_run_name="{stage}",
     cache_policy=NO_CACHE,
     retries=1,
     retry_delay_seconds=5,
@@ -185,12 +184,13 @@ def train_stage(
                 break
             if line:
                 tail.append(line)
-                logger.info("%s | %s", stage, line)
+                level = logging.DEBUG if PER_STEP_RECORD.match(line) else logging.INFO
+                logger.log(level, "%s | %s", stage, line)
             now = time.monotonic()
             if now >= next_progress:
                 step, max_steps = _progress(metrics_path)
                 if max_steps:
-                    _update_progress(
+                    update_progress(
                         artifact_id, 100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}"
                     )
                 next_progress = now + PROGRESS_INTERVAL_S
@@ -220,7 +220,7 @@ def train_stage(
             returncode=process.returncode,
         )
     step, max_steps = _progress(metrics_path)
-    _update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
+    update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
     return StageResult(
         stage=stage,
         model_dir=stage_dir / "model",
