@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -38,6 +40,8 @@ def load_model(model_dir: Path) -> tuple[PreTrainedTokenizerBase, PreTrainedMode
         raise EvaluationError(
             f"{model_dir}: not a saved model (no config.json); pass a `<stage_dir>/model` folder"
         )
+    # The flow's log carries evaluation progress; a loading bar on the console is only noise.
+    transformers.utils.logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -63,8 +67,10 @@ def generate_completions(
     *,
     max_new_tokens: int,
     batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:
-    """Greedy completions for `prompts` (chat-templated here), decoded in left-padded batches."""
+    """Greedy completions for `prompts` (chat-templated here), decoded in left-padded batches;
+    `on_batch` gets the number of prompts decoded so far after each batch."""
     texts = [chat_prompt(tokenizer, prompt) for prompt in prompts]
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     eos = model.generation_config.eos_token_id or tokenizer.eos_token_id
@@ -75,6 +81,7 @@ def generate_completions(
         pad_token_id=tokenizer.pad_token_id,
     )
     completions = [""] * len(prompts)
+    done = 0
     for batch in _length_sorted_batches([len(ids) for ids in encoded], batch_size):
         inputs = tokenizer.pad(
             {"input_ids": [encoded[i] for i in batch]},
@@ -88,6 +95,9 @@ def generate_completions(
             batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
         ):
             completions[index] = text
+        done += len(batch)
+        if on_batch is not None:
+            on_batch(done)
     return completions
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +99,13 @@ def predict(
     samples: pl.DataFrame,
     settings: EvalSettings = DEFAULT_SETTINGS,
     catalogue: Catalogue | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> pl.DataFrame:
     """The predictions frame of the model in `model_dir` on `samples` (validated).
 
     `samples` has the data contract's columns plus `source` (see `sample_source`) or the
-    loader's `file` column, from which `source` is derived.
+    loader's `file` column, from which `source` is derived. `on_progress(done, total)` follows
+    the decoding, the bulk of the time.
     """
     catalogue = catalogue or default_catalogue()
     if "source" not in samples.columns and "file" in samples.columns:
@@ -120,6 +123,7 @@ def predict(
         prompts,
         max_new_tokens=settings.max_new_tokens,
         batch_size=settings.batch_size,
+        on_batch=None if on_progress is None else lambda done: on_progress(done, len(prompts)),
     )
     contexts = [
         chat_prompt(tokenizer, prompt) + action_slot_prefix(completion)

@@ -138,24 +138,38 @@ def ablate(
 
 
 @app.command
-def validate(*files: Path, out: Path = Path("runs"), overrides: Path | None = None) -> int:
+def validate(
+    *files: Path,
+    train: Annotated[list[Path] | None, Parameter(consume_multiple=True, negative="")] = None,
+    eval_: Annotated[
+        list[Path] | None, Parameter(name="--eval", consume_multiple=True, negative="")
+    ] = None,
+    out: Path = Path("runs"),
+    overrides: Path | None = None,
+) -> int:
     """Check sample FILES (JSONL or parquet) against the row contract; report under OUT.
 
     Prints one line per problem (file:line, what is wrong, the check) and the report's path.
-    OVERRIDES: a label_overrides.jsonl to apply first. Exit 0: every row valid; 1: some row or
-    file failed; 2: usage error (no files, a missing file or a folder), or the report cannot be
-    written.
+    --train F… --eval F… give the files' roles: an eval row whose scenario_id or normalised
+    prompt is in a training file fails (leakage); FILES of unknown role only warn. OVERRIDES: a
+    label_overrides.jsonl to apply first. Exit 0: every row valid; 1: some row or file failed;
+    2: usage error (no files, a missing file or a folder), or the report cannot be written.
     """
     from toolgrpo.flows.data_quality import data_quality
+    from toolgrpo.validation.gate import DataGateFailed
 
-    unusable = "no files given" if not files else unusable_files([*files, overrides])
+    given = [*files, *(train or []), *(eval_ or [])]
+    unusable = "no files given" if not given else unusable_files([*given, overrides])
     if unusable:
         say(f"toolgrpo validate: {unusable}", error=True)
         return 2
-    # Prefect's console logs (to stderr) would drown the problem lines; keep its warnings.
-    logging.getLogger("prefect").setLevel(logging.WARNING)
+    _quiet_console()
     try:
-        report = data_quality(files=list(files), out=out, overrides=overrides)
+        report = data_quality(
+            files=list(files), out=out, overrides=overrides, train_files=train, eval_files=eval_
+        )
+    except DataGateFailed as failed:
+        report = failed.report
     except OSError as error:  # the report cannot be written
         say(f"toolgrpo validate: {error}", error=True)
         return 2
@@ -170,6 +184,18 @@ def validate(*files: Path, out: Path = Path("runs"), overrides: Path | None = No
         f"report: {Path(report.run_dir or out) / 'report.md'}"
     )
     return 0 if report.ok else 1
+
+
+def _quiet_console() -> None:
+    """Keep Prefect's console to errors: the command prints the problem lines itself. Only the
+    console handler is turned down, so the flow run's log in the UI keeps every line."""
+    import logging
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler):
+            handler.setLevel(logging.ERROR)
 
 
 @app.command
@@ -354,9 +380,7 @@ def run(
         return 2
     try:
         summary = retrain(params)
-    except DataGateFailed as error:
-        for problem in error.report.failures:
-            say(str(problem), error=True)
+    except DataGateFailed as error:  # the flow run's log lists the problem lines
         say(f"toolgrpo run: {error}", error=True)
         return 1
     except StageFailed as error:
@@ -385,8 +409,37 @@ def serve(*, preset: Literal["smoke", "cpu", "gpu"] = "cpu", out: Path = Path("r
     return 0
 
 
+@app.command(name="notify-on-failure")
+def notify_on_failure(*, block: str) -> int:
+    """Notify through the Prefect notification block BLOCK (`<block type>/<name>`, e.g.
+    `slack-webhook/toolgrpo-alerts`) whenever a run of the nightly retrain or the hourly
+    data-quality deployment fails: creates (or replaces) the automation of
+    flows/notify-on-failure.yaml on the server PREFECT_API_URL names. Exit 0: created;
+    2: no PREFECT_API_URL, or no such block.
+    """
+    from prefect.settings import get_current_settings
+
+    from toolgrpo.flows.deployments import NotificationError
+    from toolgrpo.flows.deployments import notify_on_failure as create_automation
+
+    if not get_current_settings().api.url:
+        say(
+            "toolgrpo notify-on-failure: set PREFECT_API_URL to the server that runs the "
+            "deployments (a temporary server would forget the automation)",
+            error=True,
+        )
+        return 2
+    try:
+        automation_id = create_automation(block)
+    except NotificationError as error:
+        say(f"toolgrpo notify-on-failure: {error}", error=True)
+        return 2
+    say(f"automation {automation_id}: failed runs of both deployments notify through {block}")
+    return 0
+
+
 # The commands that run flows, and so need the Prefect API (`data generate` and help do not).
-FLOW_COMMANDS = (validate, evaluate, mine, apply_review, run, ablate, serve)
+FLOW_COMMANDS = (validate, evaluate, mine, apply_review, run, ablate, serve, notify_on_failure)
 
 
 class _NoTracebacks(logging.Filter):

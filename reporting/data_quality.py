@@ -1,4 +1,8 @@
-"""The data-quality report as markdown: verdict, counts, failures by check, conflicts, overrides."""
+"""The data-quality report as markdown: verdict, counts, failures by check, conflicts, overrides.
+
+Everything that comes from the data (messages quoting a row, file names, prompts, reasons) is
+escaped: the report renders as the data reads, in the run folder and in the Prefect UI alike.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,15 @@ from toolgrpo.reporting.markdown import Markdown, code_span, markdown_table, mar
 from toolgrpo.schemas.data_quality import DataReport, LabelConflict
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.samples import check_rule
+from toolgrpo.validation.gate import CROSS_FILE_RULES, invalid_rows_by_file
 from toolgrpo.validation.loader import LOAD_CHECK_RULES
 
 # Beyond this, the markdown and the Prefect table show the first rows; the CSV has them all.
 MAX_LISTED_FAILURES = 200
 # A conflict's prompt as the report's table shows it (conflicts.csv has it whole).
 CONFLICT_PROMPT_CHARS = 120
+# The rules of the checks that are not row rules of the contract (`check_rule` knows those).
+CHECK_RULES = {**LOAD_CHECK_RULES, **CROSS_FILE_RULES}
 
 
 def render_markdown(report: DataReport) -> str:
@@ -24,10 +31,24 @@ def render_markdown(report: DataReport) -> str:
         f"(warnings), {len(report.overrides)} override(s) applied.",
         "Files: " + ", ".join(code_span(f) for f in report.files),
     ]
-    for dimension, counts in report.counts.items():
+    counts = dict(report.counts)
+    if "file" in counts:
+        invalid = invalid_rows_by_file(report.failures, counts["file"])
+        by_file = [
+            {
+                "file": file,
+                "rows": n,
+                "valid": n - invalid[file],
+                "invalid": invalid[file],
+            }
+            for file, n in counts.pop("file").items()
+        ]
+        parts += ["## Rows by file", markdown_table(by_file)]
+    for dimension, by_value in counts.items():
+        rows = [{dimension: value, "rows": n} for value, n in by_value.items()]
         parts += [
-            f"## Rows by {dimension}",
-            markdown_table([{dimension: value, "rows": n} for value, n in counts.items()]),
+            f"## Rows by {dimension} ({sum(by_value.values())} readable rows)",
+            markdown_table(rows),
         ]
     by_check: dict[str, int] = {}
     for problem in report.failures:
@@ -37,7 +58,7 @@ def render_markdown(report: DataReport) -> str:
             {
                 "check": check,
                 "problems": n,
-                "rule": Markdown(LOAD_CHECK_RULES.get(check) or check_rule(check)),
+                "rule": Markdown(CHECK_RULES.get(check) or check_rule(check)),
             }
             for check, n in by_check.items()
         ]

@@ -12,7 +12,8 @@ def metrics_tables(metrics: EvalMetrics) -> dict[str, list[dict[str, Any]]]:
     """The metrics as tables (lists of row dicts) for Prefect table artifacts and markdown."""
     headline = metrics.accuracy
     summary = [
-        {"metric": name, "accuracy": percent(value)} for name, value in headline.rows().items()
+        {"metric": name, "n": headline.n.get(name, "–"), "accuracy": percent(value)}
+        for name, value in headline.rows().items()
     ]
     slices = [
         {

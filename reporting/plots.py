@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,12 @@ def plot_confusion(metrics: EvalMetrics, path: Path) -> Path:
             ax.text(col, row, count, ha="center", va="center", color="white" if dark else "black")
     ax.set(xlabel="predicted", ylabel="label", title="Confusion matrix after GRPO")
     return _save(fig, path)
+
+
+def png_data_uri(path: Path) -> str:
+    """A PNG file as a `data:` URI: an image that renders wherever its markdown goes (the Prefect
+    UI cannot read the run folder)."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
 
 
 def _save(fig: Figure, path: Path) -> Path:

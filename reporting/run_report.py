@@ -12,6 +12,7 @@ from markdown_it.common.utils import escapeHtml
 from toolgrpo.evaluation.metrics import EvalMetrics, Headline
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
+from toolgrpo.reporting.expectations import preset_note
 from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text, percent
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.run import RunSummary
@@ -26,18 +27,36 @@ def stage_rows(
 
 
 def before_after_rows(accuracy: dict[str, Headline]) -> list[dict[str, str]]:
-    """One row per headline number (pooled, per step, per data file), one column per stage."""
+    """One row per headline number (pooled, per step, per data file): `n`, the rows evaluated
+    behind it (the last stage's), then one column per stage."""
     names, values = stage_rows(accuracy)
+    sizes = {name: n for headline in accuracy.values() for name, n in headline.n.items()}
     return [
-        {"accuracy": name, **{stage: percent(rows.get(name)) for stage, rows in values.items()}}
+        {
+            "accuracy": name,
+            "n": str(sizes.get(name, "–")),
+            **{stage: percent(rows.get(name)) for stage, rows in values.items()},
+        }
         for name in names
     ]
 
 
+def evaluated_rows(after: EvalMetrics) -> str:
+    """`eval/single_step 16, eval/multistep 16` (the rows really evaluated per data file)."""
+    return ", ".join(
+        f"{markdown_text(source)} {after.accuracy.n.get(source, '–')}"
+        for source in after.accuracy.by_source
+    )
+
+
 def report_markdown(
-    summary: RunSummary, after: EvalMetrics, mining: MiningReport, plots: dict[str, Path]
+    summary: RunSummary, after: EvalMetrics, mining: MiningReport, images: dict[str, str]
 ) -> str:
-    """report.md: the summary, before/after table, plots, slices, confusion, review queue."""
+    """report.md: the summary, before/after table, plots, slices, confusion, review queue.
+
+    `images` maps each plot's title to its `src`: a path relative to the run folder for
+    report.md, a data URI for the Prefect artifact (the UI cannot read the run folder).
+    """
     reuse = (
         "Data and config unchanged since a previous run: the cached models were reused, "
         "nothing was retrained."
@@ -46,21 +65,23 @@ def report_markdown(
     )
     rows = ", ".join(f"{markdown_text(Path(name).name)} {n}" for name, n in summary.rows.items())
     wall = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in summary.wall_s.items())
-    images = [f"![{name}]({image_source(path, summary.run_dir)})" for name, path in plots.items()]
+    plots = [f"![{name}]({src})" for name, src in images.items()]
     tables = metrics_tables(after)
+    note = preset_note(summary.preset)
     return "\n\n".join(
         [
             f"# toolgrpo retrain — preset {code_span(summary.preset)}",
+            *([f"> {note}"] if note else []),
             f"Run folder: {code_span(summary.run_dir)}  \nData hash `{summary.data_hash[:12]}`, "
-            f"config hash `{summary.config_hash[:12]}`. {reuse}  \nRows: {rows}.  \n"
-            f"Wall time: {wall}.",
+            f"config hash `{summary.config_hash[:12]}`. {reuse}  \nRows in the data files: "
+            f"{rows}.  \nRows evaluated: {evaluated_rows(after)}.  \nWall time: {wall}.",
             "## Tool accuracy before and after GRPO",
             markdown_table(before_after_rows(summary.accuracy)),
             f"NGRPO: `{summary.zero_std.line()}` ({summary.zero_std.zero_on_tool} on the tool "
             f"score alone); the calibration changed "
             f"{summary.zero_std.changed} of those groups.",
             "## Plots",
-            "\n\n".join(images),
+            "\n\n".join(plots),
             "## After GRPO, by slice",
             markdown_table(tables["slices"]),
             "## Confusion matrix after GRPO (rows: label, columns: prediction)",

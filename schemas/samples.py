@@ -282,6 +282,10 @@ class Sample(pa.DataFrameModel):
         return data.lazyframe.select(~condition.is_in(CONDITIONS).fill_null(False) | matches)
 
 
+def _not_an_object() -> pl.Expr:
+    return ~pl.col("solution_is_object")
+
+
 class ParsedSample(Sample):
     """A sample with its solution's typed parts (see `parse_solution`): the whole row contract."""
 
@@ -297,31 +301,37 @@ class ParsedSample(Sample):
         """`solution` is a JSON object with nothing before or after it."""
         return data.lazyframe.select(pl.col("solution_is_object"))
 
+    # The checks of the solution's parts pass on a solution that is not a JSON object: that row
+    # fails `solution_is_json_object` alone, one problem line for one broken solution.
+
     @pa.dataframe_check
     def solution_has_thought(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `thought` is a non-empty string."""
         visible = pl.col("thought").str.strip_chars().str.len_chars() > 0
-        return data.lazyframe.select(visible.fill_null(False))
+        return data.lazyframe.select(visible.fill_null(False) | _not_an_object())
 
     @pa.dataframe_check
     def solution_has_action_tool(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `action.tool` is a non-empty string."""
-        return data.lazyframe.select((pl.col("action_tool").str.len_chars() > 0).fill_null(False))
+        named = (pl.col("action_tool").str.len_chars() > 0).fill_null(False)
+        return data.lazyframe.select(named | _not_an_object())
 
     @pa.dataframe_check
     def solution_has_params_object(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `action.params` is a JSON object."""
-        return data.lazyframe.select(pl.col("action_params").is_not_null())
+        return data.lazyframe.select(pl.col("action_params").is_not_null() | _not_an_object())
 
     @pa.dataframe_check
     def solution_plan_is_string_list(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `plan` is a list of strings (possibly empty)."""
-        return data.lazyframe.select(pl.col("plan").is_not_null())
+        return data.lazyframe.select(pl.col("plan").is_not_null() | _not_an_object())
 
     @pa.dataframe_check
     def tool_matches_solution(cls, data: PolarsData) -> pl.LazyFrame:
-        """`tool` equals the solution's `action.tool`."""
-        return data.lazyframe.select((pl.col("tool") == pl.col("action_tool")).fill_null(False))
+        """`tool` equals the solution's `action.tool` (when it has one)."""
+        # A solution without an action tool fails `solution_has_action_tool` already.
+        matches = pl.col("tool") == pl.col("action_tool")
+        return data.lazyframe.select(matches | pl.col("action_tool").is_null())
 
     @pa.dataframe_check
     def params_match_schema(cls, data: PolarsData) -> pl.LazyFrame:

@@ -30,7 +30,7 @@ from toolgrpo.ablation.verdict import write_verdict
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
 from toolgrpo.reporting.files import write_text_file
-from toolgrpo.reporting.plots import plot_multi_step
+from toolgrpo.reporting.plots import plot_multi_step, png_data_uri
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import train_stage
@@ -123,7 +123,7 @@ def publish_ablation(summary: AblationSummary, run_dir: Path) -> AblationReport:
     markdown_path = write_text_file(run_dir / "ablation.md", markdown + "\n")
     json_path = write_text_file(run_dir / "ablation.json", summary.model_dump_json(indent=2))
     create_markdown_artifact(
-        markdown=markdown.replace(f"]({plot.name})", f"]({plot.resolve().as_uri()})"),
+        markdown=markdown.replace(f"]({plot.name})", f"]({png_data_uri(plot)})"),
         key="ablation-report",
         description="SFT vs GRPO vs NGRPO: verdict and table",
     )

@@ -37,7 +37,7 @@ def write_mining(report: MiningReport, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-@task(name="mine errors", cache_policy=NO_CACHE)
+@task(name="mine errors", task_run_name="mine", cache_policy=NO_CACHE)
 def mine(
     predictions: pl.DataFrame,
     audit: pl.DataFrame | None,

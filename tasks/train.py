@@ -2,18 +2,21 @@
 
 The stage runs as `python -m toolgrpo.training …` (one process) or `accelerate launch -m
 toolgrpo.training …` (several processes or GPUs), so a crash there cannot take the flow down and
-the same task drives a CPU, a GPU or many. The task streams the child's output into the run log,
-turns the metrics file into a progress artifact, enforces its own deadline (Prefect's timeouts
-cannot interrupt a blocking call) by killing the child's process group, and raises with the last
-lines of output when the child fails. Running the task again — or a Prefect retry — resumes from
-the checkpoint; given a `resume_key`, so does a new run with the same inputs, from the checkpoint
-an unfinished earlier run left in a sibling run folder.
+the same task drives a CPU, a GPU or many. The task streams the child's output into the run log
+(its progress lines at info level, its per-step records at debug), turns the metrics file into a
+progress artifact, enforces its own deadline (Prefect's timeouts cannot interrupt a blocking
+call) by killing the child's process group, and raises with the last lines of output when the
+child fails. Running the task again — or a Prefect retry — resumes from the checkpoint; given a
+`resume_key`, so does a new run with the same inputs, from the checkpoint an unfinished earlier
+run left in a sibling run folder.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -25,11 +28,12 @@ from pathlib import Path
 from typing import IO, Literal
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from toolgrpo.reporting.files import write_text_file
+from toolgrpo.tasks.progress import update_progress
 from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
 from toolgrpo.training.stage import last_checkpoint, saved_checkpoints
@@ -46,6 +50,10 @@ RESUME_KEY_FILE = "resume_key.txt"
 # What a stage needs of an earlier attempt to resume: the tiny model's tokenizer (SFT) and the
 # metrics so far; with the last checkpoint.
 CARRIED_OVER = ("init", METRICS_FILENAME)
+# Per-step records of the child: the Trainer's own dict of every logged metric, and NGRPO's
+# zero-std line. train_metrics.jsonl keeps them and the progress lines sum them up, so the run
+# log gets them at debug level only.
+PER_STEP_RECORD = re.compile(r"^\{'|^toolgrpo\.training\.ngrpo: Zero std: ")
 
 
 class StageFailed(RuntimeError):
@@ -157,15 +165,6 @@ def _resume_hint(stage_dir: Path, resume_key: str | None) -> str:
     return f"{again} to resume from its last checkpoint, {checkpoint}"
 
 
-def _update_progress(artifact_id, progress: float, description: str) -> None:
-    """Best effort: a slow or unreachable Prefect API must not fail a training stage (seen
-    here: an API read timeout on a loaded 2-core box restarted a stage)."""
-    try:
-        update_progress_artifact(artifact_id, progress=progress, description=description)
-    except Exception as error:  # httpx timeouts and API errors alike
-        get_run_logger().warning("progress artifact not updated: %s", error)
-
-
 def _retry_unless_input_error(task, task_run, state) -> bool:
     """Retry a crash (it resumes from the checkpoint), not a bad config or a timeout."""
     try:
@@ -179,6 +178,7 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
 
 @task(
     name="train-stage",
+    task_run_name="{stage}",
     cache_policy=NO_CACHE,
     retries=1,
     retry_delay_seconds=5,
@@ -240,12 +240,13 @@ def train_stage(
                 break
             if line:
                 tail.append(line)
-                logger.info("%s | %s", stage, line)
+                level = logging.DEBUG if PER_STEP_RECORD.match(line) else logging.INFO
+                logger.log(level, "%s | %s", stage, line)
             now = time.monotonic()
             if now >= next_progress:
                 step, max_steps = _progress(metrics_path)
                 if max_steps:
-                    _update_progress(
+                    update_progress(
                         artifact_id, 100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}"
                     )
                 next_progress = now + PROGRESS_INTERVAL_S
@@ -280,7 +281,7 @@ def train_stage(
             returncode=process.returncode,
         )
     step, max_steps = _progress(metrics_path)
-    _update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
+    update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
     return StageResult(
         stage=stage,
         model_dir=stage_dir / "model",

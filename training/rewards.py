@@ -244,6 +244,19 @@ def _log_consistency(completions: Sequence[object], kwargs: dict[str, Any]) -> N
         log_metric("thought_action_consistent", consistent / len(completions))
 
 
+def _log_tool_accuracy(
+    completions: Sequence[object], solution: Sequence[object], kwargs: dict[str, Any]
+) -> None:
+    """Log the share of completions naming the labelled tool through TRL's `log_metric`."""
+    log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
+    if log_metric is not None and completions:
+        right = sum(
+            expected is not None and _action_tool(first_json_object(completion_text(c))) == expected
+            for c, expected in zip(completions, map(_expected_tool, solution), strict=True)
+        )
+        log_metric("tool_accuracy", right / len(completions))
+
+
 def _breakdowns(
     completions: Sequence[object], solution: Sequence[object], weights: RewardWeights
 ) -> list[RewardBreakdown]:
@@ -272,8 +285,11 @@ def tool_reward(
     weights: RewardWeights = DEFAULT_WEIGHTS,
     **kwargs: Any,
 ) -> list[float]:
-    """The tool component: labelled tool, another catalogue tool, or nothing."""
-    return [b.tool for b in _breakdowns(completions, solution, weights)]
+    """The tool component: labelled tool, another catalogue tool, or nothing; also logs the share
+    of completions with the labelled tool (the progress line's tool accuracy)."""
+    points = [b.tool for b in _breakdowns(completions, solution, weights)]
+    _log_tool_accuracy(completions, solution, kwargs)
+    return points
 
 
 def params_reward(

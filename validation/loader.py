@@ -65,6 +65,7 @@ class LoadedSamples:
     files: list[str]  # as given, in order
     frame: pl.DataFrame  # `file`, `line` and the contract's columns, in file order
     rows_read: int  # every non-blank line or parquet row, readable or not
+    file_rows: dict[str, int] = field(default_factory=dict)  # rows_read of each file
     problems: list[Problem] = field(default_factory=list)
     overrides: list[AppliedOverride] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -277,11 +278,11 @@ def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> Loaded
 
     `overrides` (JSONL of `LabelOverride`) relabels the rows with matching ids.
     """
-    records, rows_read, problems = [], 0, []
+    records, file_rows, problems = [], {}, []
     for path in paths:
-        file_records, file_rows, file_problems = _read_file(Path(path))
+        file_records, rows, file_problems = _read_file(Path(path))
         records.extend(file_records)
-        rows_read += file_rows
+        file_rows[str(path)] = file_rows.get(str(path), 0) + rows
         problems.extend(file_problems)
     frame = pl.DataFrame(records, schema={"file": pl.String, "line": pl.Int64, **RECORD_SCHEMA})
     applied, warnings = [], []
@@ -289,4 +290,12 @@ def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> Loaded
         by_id, file_problems = read_overrides(Path(overrides))
         frame, applied, override_problems, warnings = apply_overrides(frame, by_id, str(overrides))
         problems.extend([*file_problems, *override_problems])
-    return LoadedSamples([str(p) for p in paths], frame, rows_read, problems, applied, warnings)
+    return LoadedSamples(
+        files=[str(p) for p in paths],
+        frame=frame,
+        rows_read=sum(file_rows.values()),
+        file_rows=file_rows,
+        problems=problems,
+        overrides=applied,
+        warnings=warnings,
+    )

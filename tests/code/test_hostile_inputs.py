@@ -90,8 +90,8 @@ def hostile_run(prefect_harness, tmp_path_factory):
         flagged_label_conflict=[],
         wall_s={},
     )
-    html_path = publish_report.fn(summary, metrics, mine_errors(predictions), [])
-    return run_dir, html_path.read_text(encoding="utf-8"), secret
+    published = publish_report.fn(summary, metrics, mine_errors(predictions), [])
+    return run_dir, published.html.read_text(encoding="utf-8"), secret
 
 
 def test_report_html_shows_ids_and_file_names_as_text(hostile_run):

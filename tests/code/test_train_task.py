@@ -10,8 +10,8 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.logging import disable_run_logger
 
-import tasks.train as train_module
-from toolgrpo.tasks.train import StageFailed, stage_command, train_stage
+import toolgrpo.tasks.progress as progress_module
+from toolgrpo.tasks.train import PER_STEP_RECORD, StageFailed, stage_command, train_stage
 from toolgrpo.training.config import CONFIG_FILENAME, load_preset
 
 
@@ -34,6 +34,20 @@ def test_several_processes_go_through_accelerate_launch():
         "--init",
         "/models/sft",
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "per_step"),
+    [
+        ("{'loss': '0.4471', 'grad_norm': '0.337', 'rewards/tool_reward/mean': '0'}", True),
+        ("toolgrpo.training.ngrpo: Zero std: 2/2 (100.0%); calibration changed 2/2 groups", True),
+        ("grpo step 3/40 · reward 0.61 · zero-std 25% of groups · 1.4 s/step · ETA 1m", False),
+        ("resuming from /runs/a/sft/checkpoint-4", False),
+        ("error: data/train/multistep.jsonl: sample file not found", False),
+    ],
+)
+def test_only_the_childs_per_step_records_leave_the_info_log(line, per_step):
+    assert bool(PER_STEP_RECORD.match(line)) is per_step
 
 
 def _training_processes(run_dir: Path) -> list[int]:
@@ -78,6 +92,7 @@ def test_bad_config_fails_the_task_once_with_the_childs_message(prefect_harness,
         flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
         (task_run,) = client.read_task_runs(flow_run_filter=flow_runs)
     assert task_run.state.is_failed() and task_run.run_count == 1
+    assert task_run.name == "sft"
     assert (tmp_path / CONFIG_FILENAME).is_file()
 
 
@@ -85,11 +100,11 @@ def test_progress_update_failure_only_warns(prefect_harness, monkeypatch):
     def timed_out(*args, **kwargs):
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(train_module, "update_progress_artifact", timed_out)
+    monkeypatch.setattr(progress_module, "update_progress_artifact", timed_out)
 
     @flow
     def report_progress() -> str:
-        task(train_module._update_progress)(None, 50.0, "sft: step 1/2")
+        task(progress_module.update_progress)(None, 50.0, "sft: step 1/2")
         return "trained on"
 
     assert report_progress() == "trained on"
