@@ -13,6 +13,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
+from toolgrpo.evaluation.device import eval_device
 from toolgrpo.evaluation.metrics import EvalMetrics, compute_metrics
 from toolgrpo.evaluation.predict import DEFAULT_SETTINGS, EvalSettings, predict
 from toolgrpo.reporting.evaluation import metrics_markdown
@@ -48,8 +49,11 @@ def write_evaluation(
 def evaluate_and_write(
     model_dir: Path, samples: pl.DataFrame, out_dir: Path, settings: EvalSettings
 ) -> EvalReport:
-    """Predict on `samples`, compute the metrics, write both to `out_dir`."""
-    predictions = predict(model_dir, samples, settings)
+    """Predict on `samples` on the model's device (`evaluation.device`), compute the metrics,
+    write both to `out_dir`."""
+    device = eval_device(model_dir, settings.device)
+    print(f"evaluating {model_dir} into {out_dir}: {device.describe()}")
+    predictions = predict(model_dir, samples, settings, device=device)
     return write_evaluation(predictions, compute_metrics(predictions), Path(model_dir), out_dir)
 
 
