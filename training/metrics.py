@@ -3,7 +3,8 @@
 Besides what the trainer logs (loss, learning rate, TRL's reward and per-component means, reward
 std), each GRPO line carries the case study's zero-std figures — groups whose completions all got
 the same reward, this step and since the start — and every line carries the step time and the
-step / max steps that the Prefect task turns into a progress bar.
+step / max steps that the Prefect task turns into a progress bar; on a GPU, also the peak memory
+allocated so far (GiB).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 METRICS_FILENAME = "train_metrics.jsonl"
@@ -73,6 +75,8 @@ class MetricsFileCallback(TrainerCallback):
         line.update({key: _jsonable(value) for key, value in logs.items()})
         if steps > 0:
             line["step_time_s"] = round((now - self._last_log_time) / steps, 3)
+        if torch.cuda.is_initialized():
+            line["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         for logged, name in _GROUP_COUNTS.items():
             if logs.get(logged) is not None:
                 # TRL averages a metric over the steps since the last log: scale back to a count.
