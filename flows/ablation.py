@@ -4,10 +4,16 @@ Each start (SFT on single-step rows only, and the preset's default warm start) i
 per seed; from each, one GRPO arm per advantage estimator with the same seeds, steps and data.
 Arms run as separate Prefect tasks, `workers` at a time, and every saved checkpoint is evaluated
 on the held-out rows. The report (verdict, table, plot) goes to the run folder and to artifacts.
+
+The tasks run on a thread pool of this process, or on a Dask cluster (`dask`: a local one, or a
+team's scheduler) through prefect-dask, the optional extra `toolgrpo[dask]`: each arm's training
+and evaluation then run on a Dask worker. A remote cluster's workers need the package and the
+same paths (eval files, `out`) on a shared filesystem.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +21,7 @@ from typing import Any
 import polars as pl
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture, wait
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolgrpo.ablation.arms import (
@@ -54,7 +60,12 @@ class AblationParams(BaseModel):
     eval_every: int | None = Field(None, gt=0, description="None: a third of the steps")
     arms: list[Arm] = Field(default_factory=lambda: list(ARMS), min_length=1)
     starts: list[Start] = Field(default_factory=lambda: list(STARTS), min_length=1)
-    workers: int = Field(2, ge=1, description="arms trained at once")
+    workers: int = Field(2, ge=1, description="arms trained at once (Dask: local workers)")
+    dask: str | None = Field(
+        None,
+        description="None: a thread pool here; 'local': a local Dask cluster of `workers` "
+        "processes; else a Dask scheduler's address (tcp://host:8786)",
+    )
     out: Path = Path("runs")
     eval_files: list[Path] = Field(default_factory=lambda: list(HELD_OUT), min_length=1)
     overrides: dict[str, Any] = Field(
@@ -81,6 +92,8 @@ def parse_params(**values: Any) -> AblationParams:
     missing = [str(path) for path in params.eval_files if not path.is_file()]
     if missing:
         raise AblationError(f"eval files not found: {', '.join(missing)}")
+    if params.dask is not None and importlib.util.find_spec("prefect_dask") is None:
+        raise AblationError("dask: prefect-dask is not installed: pip install 'toolgrpo[dask]'")
     return params
 
 
@@ -166,7 +179,18 @@ def ablation(params: AblationParams) -> AblationReport:
     return report
 
 
+def task_runner(params: AblationParams) -> TaskRunner:
+    """`workers` threads of this process, or the Dask cluster `params.dask` names."""
+    if params.dask is None:
+        return ThreadPoolTaskRunner(max_workers=params.workers)
+    from prefect_dask import DaskTaskRunner
+
+    if params.dask == "local":
+        # One thread per worker process: each task is one training stage and its evaluations.
+        return DaskTaskRunner(cluster_kwargs={"n_workers": params.workers, "threads_per_worker": 1})
+    return DaskTaskRunner(address=params.dask)
+
+
 def run_ablation(params: AblationParams) -> AblationReport:
-    """The ablation flow with `params.workers` task threads."""
-    runner = ThreadPoolTaskRunner(max_workers=params.workers)
-    return ablation.with_options(task_runner=runner)(params)
+    """The ablation flow on `task_runner(params)`."""
+    return ablation.with_options(task_runner=task_runner(params))(params)

@@ -104,6 +104,7 @@ def ablate(
     arms: str = "none,zero_std,zero_std_tool,all",
     starts: str = "single_only,default",
     workers: int = 2,
+    dask: str | None = None,
     out: Path = Path("runs"),
     set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
 ) -> int:
@@ -111,6 +112,8 @@ def ablate(
 
     ARMS and STARTS are comma-separated. STEPS defaults to the preset's GRPO steps, EVAL_EVERY
     to a third of them; --set FIELD=VALUE overrides a training config field of every stage.
+    DASK runs the arms on a Dask cluster instead of WORKERS threads here: `local` (WORKERS
+    processes) or a scheduler address such as tcp://host:8786 (needs `toolgrpo[dask]`).
     Writes ablation.md / .json / .png in a new folder under OUT.
     """
     from toolgrpo.flows.ablation import parse_params, run_ablation
@@ -124,6 +127,7 @@ def ablate(
             arms=[arm.strip() for arm in arms.split(",")],
             starts=[start.strip() for start in starts.split(",")],
             workers=workers,
+            dask=dask,
             out=out,
             overrides=config_overrides(set_ or []),
         )

@@ -18,6 +18,7 @@ from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
+from toolgrpo.evaluation.device import eval_device
 from toolgrpo.evaluation.metrics import EvalMetrics, compute_metrics
 from toolgrpo.evaluation.predict import DEFAULT_SETTINGS, EvalSettings, predict
 from toolgrpo.reporting.evaluation import metrics_markdown, metrics_tables
@@ -61,8 +62,11 @@ def evaluate_and_write(
     settings: EvalSettings,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalReport:
-    """Predict on `samples`, compute the metrics, write both to `out_dir`."""
-    predictions = predict(model_dir, samples, settings, on_progress=on_progress)
+    """Predict on `samples` on the model's device (`evaluation.device`), compute the metrics,
+    write both to `out_dir`."""
+    device = eval_device(model_dir, settings.device)
+    print(f"evaluating {model_dir} into {out_dir}: {device.describe()}")
+    predictions = predict(model_dir, samples, settings, device=device, on_progress=on_progress)
     return write_evaluation(predictions, compute_metrics(predictions), Path(model_dir), out_dir)
 
 

@@ -1,14 +1,17 @@
 """Train one stage (SFT or GRPO) in its own process, watched from a Prefect task.
 
-The stage runs as `python -m toolgrpo.training …` (one process) or `accelerate launch -m
-toolgrpo.training …` (several processes or GPUs), so a crash there cannot take the flow down and
-the same task drives a CPU, a GPU or many. The task streams the child's output into the run log
-(its progress lines at info level, its per-step records at debug), turns the metrics file into a
-progress artifact, enforces its own deadline (Prefect's timeouts cannot interrupt a blocking
-call) by killing the child's process group, and raises with the last lines of output when the
-child fails. Running the task again — or a Prefect retry — resumes from the checkpoint; given a
-`resume_key`, so does a new run with the same inputs, from the checkpoint an unfinished earlier
-run left in a sibling run folder.
+The stage runs as `python -m toolgrpo.training …` (one process) or `accelerate launch
+--config_file … -m toolgrpo.training …` (several processes or GPUs: DDP, DeepSpeed or FSDP as
+`runtime.accelerate_config` names), so a crash there cannot take the flow down and the same task
+drives a CPU, a GPU or many. The config is placed on this machine's device first
+(`training.device`): a fallback to the CPU is logged, a device or engine the machine lacks stops
+the task with one line before anything starts. The task streams the child's output into the run
+log (its progress lines at info level, its per-step records at debug), turns the metrics file
+into a progress artifact, enforces its own deadline (Prefect's timeouts cannot interrupt a
+blocking call) by killing the child's process group, and raises with the last lines of output
+when the child fails. Running the task again — or a Prefect retry — resumes from the checkpoint;
+given a `resume_key`, so does a new run with the same inputs, from the checkpoint an unfinished
+earlier run left in a sibling run folder.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +38,13 @@ from pydantic import BaseModel
 
 from toolgrpo.reporting.files import write_text_file
 from toolgrpo.tasks.progress import update_progress
-from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
+from toolgrpo.training.config import (
+    CONFIG_FILENAME,
+    ConfigError,
+    TrainConfig,
+    accelerate_config_file,
+)
+from toolgrpo.training.device import place_here
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
 from toolgrpo.training.stage import last_checkpoint, saved_checkpoints
 
@@ -76,14 +86,27 @@ class StageResult(BaseModel):
     wall_s: float
 
 
+def free_port() -> int:
+    """A TCP port no process listens on now: stages started side by side (ablation arms, two
+    runs on one node) must not meet on accelerate's default rendezvous port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def stage_command(
     stage: Stage, run_dir: Path, config: TrainConfig, init_dir: Path | None
 ) -> list[str]:
-    """The command line of the training process: accelerate for several processes."""
-    if config.runtime.num_processes > 1:
+    """The command line of the training process: accelerate for several processes, with the
+    config file of `runtime.accelerate_config`; the process count and precision come from the
+    training config and override the file's."""
+    runtime = config.runtime
+    if runtime.num_processes > 1:
         launcher = [sys.executable, "-m", "accelerate.commands.launch"]
-        launcher += ["--num_processes", str(config.runtime.num_processes)]
+        launcher += ["--config_file", str(accelerate_config_file(runtime.accelerate_config))]
+        launcher += ["--num_processes", str(runtime.num_processes)]
         launcher += ["--mixed_precision", "bf16" if config.model.bf16 else "no"]
+        launcher += ["--main_process_port", str(free_port())]
         launcher += ["-m", "toolgrpo.training"]
     else:
         launcher = [sys.executable, "-m", "toolgrpo.training"]
@@ -171,6 +194,8 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
         state.result()
     except StageFailed as error:
         return error.returncode not in (INPUT_ERROR_STATUS, None)
+    except ConfigError:
+        return False
     except Exception:
         return True
     return False
@@ -194,13 +219,17 @@ def train_stage(
 ) -> StageResult:
     """Run one training stage in `run_dir` as a subprocess and return where its model is.
 
-    The config is written to `<run_dir>/train_config.json` for the child to read. Raises
-    `StageFailed` (with the last lines of output) when the child exits non-zero or runs past
-    `timeout_s`; a second call on the same `run_dir` resumes from the last checkpoint. With a
-    `resume_key` (a hash of the stage's data, config and code), a first call in a new run folder
-    resumes from the checkpoint of an unfinished run with the same key in a sibling folder.
+    The config, placed on this machine's device, is written to `<run_dir>/train_config.json`
+    for the child to read. Raises `ConfigError` when the machine cannot run it, `StageFailed`
+    (with the last lines of output) when the child exits non-zero or runs past `timeout_s`; a
+    second call on the same `run_dir` resumes from the last checkpoint. With a `resume_key` (a
+    hash of the stage's data, config and code), a first call in a new run folder resumes from
+    the checkpoint of an unfinished run with the same key in a sibling folder.
     """
     logger = get_run_logger()
+    config, note = place_here(config)
+    if note is not None:
+        logger.warning("%s: %s", stage, note)
     run_dir = Path(run_dir).resolve()
     stage_dir = run_dir / stage
     metrics_path = stage_dir / METRICS_FILENAME

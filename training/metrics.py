@@ -4,9 +4,9 @@ progress line a person can read every few steps.
 Besides what the trainer logs (loss, learning rate, TRL's reward and per-component means, reward
 std), each GRPO line carries the case study's zero-std figures — groups whose completions all got
 the same reward, this step and since the start — and every line carries the step time and the
-step / max steps that the Prefect task turns into a progress bar. The progress lines
-(`sft step 120/480 · loss 0.83 · 2.1 s/step · ETA 9m`) go to stdout, which the Prefect task
-streams into the flow run's log.
+step / max steps that the Prefect task turns into a progress bar; on a GPU, also the peak memory
+allocated so far (GiB). The progress lines (`sft step 120/480 · loss 0.83 · 2.1 s/step · ETA 9m`)
+go to stdout, which the Prefect task streams into the flow run's log.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 METRICS_FILENAME = "train_metrics.jsonl"
@@ -110,6 +111,8 @@ class MetricsFileCallback(TrainerCallback):
         line.update({key: _jsonable(value) for key, value in logs.items()})
         if steps > 0:
             line["step_time_s"] = round((now - self._last_log_time) / steps, 3)
+        if torch.cuda.is_initialized():
+            line["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         for logged, name in _GROUP_COUNTS.items():
             if logs.get(logged) is not None:
                 # TRL averages a metric over the steps since the last log: scale back to a count.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from peft import PeftModel
 from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -36,11 +37,21 @@ def train_and_save(
     trainer: Trainer, tokenizer: PreTrainedTokenizerBase, stage_dir: Path, config: TrainConfig
 ) -> Path:
     """Train (from the last checkpoint when there is one) and save `<stage_dir>/model` with the
-    config beside the weights; returns that directory."""
+    config beside the weights; returns that directory.
+
+    With several processes the main one writes: LoRA is merged from its (replicated) weights;
+    every weight is saved by the Trainer, which gathers what ZeRO-3 or FSDP sharded.
+    """
     resume = last_checkpoint(stage_dir)
     if resume is not None:
         print(f"resuming from {resume}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    model_dir = save_model(trainer.model, tokenizer, stage_dir / "model")
-    config.write(model_dir / CONFIG_FILENAME)
+    model_dir = stage_dir / "model"
+    if not isinstance(trainer.model, PeftModel):
+        trainer.save_model(str(model_dir))  # every process: gathering shards is collective
+    if trainer.is_world_process_zero():
+        if isinstance(trainer.model, PeftModel):
+            save_model(trainer.model, tokenizer, model_dir)
+        config.write(model_dir / CONFIG_FILENAME)
+    trainer.accelerator.wait_for_everyone()
     return model_dir

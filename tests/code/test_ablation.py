@@ -1,6 +1,7 @@
 """The ablation: arm configs, checkpoint discovery, aggregation across seeds, the verdict, and a
 smoke-preset flow run end to end."""
 
+import importlib.util
 from functools import reduce
 from pathlib import Path
 
@@ -337,6 +338,51 @@ def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, 
     assert (run_dir / "single_only" / "seed-0" / "zero_std" / "eval" / "step-1").is_dir()
     assert "From the single-step-only SFT start (1 seed)" in report.verdict
     assert report.verdict in report.markdown_path.read_text()
+
+
+@pytest.mark.slow
+def test_smoke_ablation_runs_its_arms_on_a_dask_cluster(prefect_harness, tmp_path):
+    pytest.importorskip("prefect_dask", reason="prefect-dask is an optional extra")
+    import distributed
+
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, dashboard_address=None
+    ) as cluster:
+        params = parse_params(
+            preset="smoke",
+            seeds=1,
+            steps=2,
+            eval_every=2,
+            arms=["zero_std"],
+            starts=["single_only"],
+            dask=cluster.scheduler_address,
+            out=tmp_path,
+            overrides={"sft.num_train_epochs": 1, "runtime.eval_max_rows": 8},
+        )
+        report = run_ablation(params)
+        completed_on_dask = {
+            name: prefix.state_counts["memory"]
+            for name, prefix in cluster.scheduler.task_prefixes.items()
+        }
+
+    assert report.failed == []
+    summary = AblationSummary.model_validate_json(report.json_path.read_text())
+    assert [(run.arm, [s.step for s in run.curve]) for run in summary.runs] == [
+        ("zero_std", [0, 2])
+    ]
+    # One start and one arm, each computed to completion by a Dask worker.
+    assert completed_on_dask == {"train_start": 1, "train_arm": 1}
+
+
+def test_dask_without_prefect_dask_is_refused_before_training(monkeypatch):
+    find_spec = importlib.util.find_spec
+
+    def find_all_but_prefect_dask(name, *args):
+        return None if name == "prefect_dask" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_all_but_prefect_dask)
+    with pytest.raises(AblationError, match=r"pip install 'toolgrpo\[dask\]'"):
+        parse_params(dask="local")
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from prefect.logging import disable_run_logger
 
 import toolgrpo.tasks.progress as progress_module
 from toolgrpo.tasks.train import PER_STEP_RECORD, StageFailed, stage_command, train_stage
-from toolgrpo.training.config import CONFIG_FILENAME, load_preset
+from toolgrpo.training.config import CONFIG_FILENAME, load_preset, trl_accelerate_configs
 
 
 def test_one_process_runs_python_m_training():
@@ -20,11 +20,18 @@ def test_one_process_runs_python_m_training():
     assert command == [sys.executable, "-m", "toolgrpo.training", "sft", "--run-dir", "/runs/a"]
 
 
-def test_several_processes_go_through_accelerate_launch():
-    config = load_preset("gpu", {"runtime.num_processes": 4})
+def _option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_several_processes_go_through_accelerate_launch_with_the_named_config():
+    config = load_preset("gpu", {"runtime.num_processes": 4, "runtime.accelerate_config": "zero2"})
     command = stage_command("grpo", Path("/runs/a"), config, Path("/models/sft"))
-    assert command[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
-    assert command[command.index("--mixed_precision") + 1] == "bf16"
+    assert command[1:3] == ["-m", "accelerate.commands.launch"]
+    assert _option(command, "--config_file") == str(trl_accelerate_configs()["zero2"])
+    assert _option(command, "--num_processes") == "4"
+    assert _option(command, "--mixed_precision") == "bf16"
+    assert int(_option(command, "--main_process_port")) > 0  # a free one, not a shared default
     assert command[-7:] == [
         "-m",
         "toolgrpo.training",
