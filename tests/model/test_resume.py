@@ -9,7 +9,7 @@ from prefect.logging import disable_run_logger
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training.config import load_preset
 from toolgrpo.training.metrics import METRICS_FILENAME
-from toolgrpo.training.stage import checkpoint_step, last_checkpoint
+from toolgrpo.training.stage import saved_checkpoints
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def test_repeated_run_resumes_the_unfinished_stage_of_an_earlier_run(prefect_har
         trained = train_stage.fn("sft", first, config, timeout_s=600, resume_key="inputs")
         shutil.rmtree(trained.model_dir)  # as if the process died after its last checkpoint
         metrics = (first / "sft" / METRICS_FILENAME).read_bytes()
-        checkpoint = checkpoint_step(last_checkpoint(first / "sft"))
+        checkpoint = max(saved_checkpoints(first / "sft"))
 
         resumed = train_stage.fn("sft", second, config, timeout_s=600, resume_key="inputs")
 
