@@ -347,6 +347,8 @@ def main(out: Path = Path("ui-screenshots")) -> int:
     if chromium_path() is None:
         print("no Chromium on this machine: apt-get install chromium", file=sys.stderr)
         return 2
+    # A TERM (a `timeout` running out) unwinds like an error, so the server and browser stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="toolgrpo-ui-") as scratch,
