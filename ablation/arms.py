@@ -11,24 +11,33 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
 from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.training.config import TrainConfig, load_preset
-from toolgrpo.training.ngrpo import Scope
-from toolgrpo.training.stage import checkpoint_step
+from toolgrpo.training.ngrpo import Scope, ZeroStdOn
+from toolgrpo.training.stage import saved_checkpoints
 
 Start = Literal["single_only", "default"]
 STARTS: tuple[Start, ...] = ("single_only", "default")
-ARMS: tuple[Scope, ...] = ("none", "zero_std", "all")
+Arm = Literal["none", "zero_std", "zero_std_tool", "all"]
+ARMS: tuple[Arm, ...] = get_args(Arm)
+# Each arm's advantage estimator: NGRPO's scope and what its zero-std groups have equal.
+ARM_ESTIMATORS: dict[Arm, tuple[Scope, ZeroStdOn]] = {
+    "none": ("none", "total"),
+    "zero_std": ("zero_std", "total"),
+    "zero_std_tool": ("zero_std", "tool"),
+    "all": ("all", "total"),
+}
 START_LABELS = {"single_only": "single-step-only SFT start", "default": "default warm start"}
 ARM_LABELS = {
     "sft": "SFT (step 0)",
     "none": "GRPO",
     "zero_std": "NGRPO (zero-std)",
+    "zero_std_tool": "NGRPO (zero-std on the tool score)",
     "all": "NGRPO (all)",
 }
 ARM_RECORD = "arm.json"
@@ -58,12 +67,14 @@ def start_config(
     return load_preset(preset, fields)
 
 
-def arm_config(start: TrainConfig, arm: Scope, steps: int, eval_every: int) -> TrainConfig:
+def arm_config(start: TrainConfig, arm: Arm, steps: int, eval_every: int) -> TrainConfig:
     """The GRPO config of one arm: the start's config with this advantage estimator, a
     checkpoint every `eval_every` steps, and room to keep all of them for evaluation."""
+    scope, zero_std_on = ARM_ESTIMATORS[arm]
     return start.with_overrides(
         {
-            "grpo.ngrpo_scope": arm,
+            "grpo.ngrpo_scope": scope,
+            "grpo.ngrpo_zero_std_on": zero_std_on,
             "grpo.max_steps": steps,
             "runtime.save_steps": eval_every,
             "runtime.save_total_limit": math.ceil(steps / eval_every) + 1,
@@ -101,12 +112,7 @@ def scores_of(metrics: EvalMetrics, step: int) -> Scores:
 def checkpoint_models(stage_dir: Path, max_steps: int) -> dict[int, Path]:
     """Step → model directory of a finished stage: every `checkpoint-N`, and the saved model at
     `max_steps` (the same weights as a last checkpoint there)."""
-    models = {
-        checkpoint_step(path): path
-        for path in stage_dir.glob("checkpoint-*")
-        if path.is_dir() and path.name.rpartition("-")[2].isdigit()
-    }
-    models[max_steps] = stage_dir / "model"
+    models = {**saved_checkpoints(stage_dir), max_steps: stage_dir / "model"}
     return {step: path for step, path in models.items() if step <= max_steps}
 
 
@@ -124,7 +130,7 @@ class ArmRun(BaseModel):
     checkpoint), the group counts of its training, and its wall time."""
 
     start: Start
-    arm: Scope
+    arm: Arm
     seed: int
     curve: list[Scores]
     groups: ZeroStdGroups

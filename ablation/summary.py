@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from toolgrpo.ablation.arms import ARM_LABELS, METRICS, ArmRun, Scores, Start
-from toolgrpo.training.ngrpo import Scope
+from toolgrpo.ablation.arms import ARM_LABELS, METRICS, Arm, ArmRun, Scores, Start
 
 
 class Spread(BaseModel):
@@ -46,7 +45,7 @@ class ArmSummary(BaseModel):
     """One start × arm across seeds: rates at the last evaluated step, the curve, group shares."""
 
     start: Start
-    arm: Scope | Literal["sft"]
+    arm: Arm | Literal["sft"]
     seeds: int
     step: int
     metrics: dict[str, Spread | None]

@@ -23,6 +23,7 @@ import pandera.pandas as pap
 import polars as pl
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.catalogue import default_catalogue as catalogue
 from toolgrpo.schemas.samples import (
     CONDITIONS,
     KINDS,
@@ -31,7 +32,6 @@ from toolgrpo.schemas.samples import (
     PREVIOUS_STEP_LINE,
     PREVIOUS_STEPS_HEADER,
     ParsedSample,
-    catalogue,
     parse_solution,
 )
 
@@ -153,23 +153,24 @@ class PandasSample(pap.DataFrameModel):
 
     @pap.dataframe_check
     def solution_has_thought(cls, df: pd.DataFrame) -> pd.Series:
-        return df["thought"].str.strip().str.len().gt(0).fillna(False)
+        visible = df["thought"].str.strip().str.len().gt(0).fillna(False)
+        return visible | ~df["solution_is_object"]
 
     @pap.dataframe_check
     def solution_has_action_tool(cls, df: pd.DataFrame) -> pd.Series:
-        return df["action_tool"].str.len().gt(0).fillna(False)
+        return df["action_tool"].str.len().gt(0).fillna(False) | ~df["solution_is_object"]
 
     @pap.dataframe_check
     def solution_has_params_object(cls, df: pd.DataFrame) -> pd.Series:
-        return df["action_params"].notna()
+        return df["action_params"].notna() | ~df["solution_is_object"]
 
     @pap.dataframe_check
     def solution_plan_is_string_list(cls, df: pd.DataFrame) -> pd.Series:
-        return df["plan"].notna()
+        return df["plan"].notna() | ~df["solution_is_object"]
 
     @pap.dataframe_check
     def tool_matches_solution(cls, df: pd.DataFrame) -> pd.Series:
-        return (df["tool"] == df["action_tool"]).fillna(False)
+        return (df["tool"] == df["action_tool"]) | df["action_tool"].isna()
 
     @pap.dataframe_check
     def params_match_schema(cls, df: pd.DataFrame) -> pd.Series:

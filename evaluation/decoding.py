@@ -1,17 +1,21 @@
 """Decoding a saved model: batched greedy generation and per-tool probabilities.
 
-`generate_completions` writes the model's answers; `tool_probabilities` scores every catalogue
-tool at the answer's action slot from one forward pass per row (KV cache), for mining.
+`generate_completions` writes the model's answers (`generate_with_vllm` the same with vLLM);
+`tool_probabilities` scores every catalogue tool at the answer's action slot from one forward
+pass per row (KV cache), for mining. Both run on the model's device (`evaluation.device`).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -20,6 +24,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from toolgrpo.evaluation.device import CPU, EvalDevice, EvaluationError
 from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.training.chat import chat_prompt
 
@@ -27,26 +32,32 @@ from toolgrpo.training.chat import chat_prompt
 _TOOL_SLOT = re.compile(r'"tool"\s*:\s*"')
 
 
-class EvaluationError(ValueError):
-    """Evaluation cannot start (no model, missing columns); the message says what to fix."""
-
-
-def load_model(model_dir: Path) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    """The tokenizer and model saved in `model_dir`, ready for batched decoding."""
+def load_model(
+    model_dir: Path, device: EvalDevice = CPU
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    """The tokenizer and model saved in `model_dir` on `device`, ready for batched decoding."""
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise EvaluationError(
             f"{model_dir}: not a saved model (no config.json); pass a `<stage_dir>/model` folder"
         )
+    # The flow's log carries evaluation progress; a loading bar on the console is only noise.
+    transformers.utils.logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=device.dtype)
     except (OSError, ValueError) as error:
         raise EvaluationError(f"{model_dir}: cannot load the saved model: {error}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.eval()
+    model.to(device.device).eval()
     return tokenizer, model
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> list[list[int]]:
+    """The token ids of each prompt, chat-templated: what either decoder continues."""
+    texts = [chat_prompt(tokenizer, prompt) for prompt in prompts]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
 def _length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -63,10 +74,11 @@ def generate_completions(
     *,
     max_new_tokens: int,
     batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:
-    """Greedy completions for `prompts` (chat-templated here), decoded in left-padded batches."""
-    texts = [chat_prompt(tokenizer, prompt) for prompt in prompts]
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    """Greedy completions for `prompts` (chat-templated here), decoded in left-padded batches;
+    `on_batch` gets the number of prompts decoded so far after each batch."""
+    encoded = encode_prompts(tokenizer, prompts)
     eos = model.generation_config.eos_token_id or tokenizer.eos_token_id
     config = GenerationConfig(
         do_sample=False,
@@ -75,20 +87,55 @@ def generate_completions(
         pad_token_id=tokenizer.pad_token_id,
     )
     completions = [""] * len(prompts)
+    done = 0
     for batch in _length_sorted_batches([len(ids) for ids in encoded], batch_size):
         inputs = tokenizer.pad(
             {"input_ids": [encoded[i] for i in batch]},
             padding=True,
             padding_side="left",  # new tokens follow every prompt directly
             return_tensors="pt",
-        )
+        ).to(model.device)
         output = model.generate(**inputs, generation_config=config)
         new_tokens = output[:, inputs["input_ids"].shape[1] :]
         for index, text in zip(
             batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
         ):
             completions[index] = text
+        done += len(batch)
+        if on_batch is not None:
+            on_batch(done)
     return completions
+
+
+def generate_with_vllm(
+    model_dir: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    dtype: torch.dtype,
+    gpu_memory_utilization: float,
+) -> list[str]:
+    """Greedy completions from vLLM for the same token ids `generate_completions` decodes; vLLM
+    stops at the saved generation config's eos. Its engine is shut down before returning, so the
+    next evaluation in the process gets the memory back."""
+    from vllm import LLM, SamplingParams
+
+    engine = LLM(
+        model=str(model_dir),
+        dtype=str(dtype).removeprefix("torch."),
+        gpu_memory_utilization=gpu_memory_utilization,
+        seed=0,
+    )
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+    requests = [{"prompt_token_ids": ids} for ids in encode_prompts(tokenizer, prompts)]
+    try:
+        outputs = engine.generate(requests, sampling, use_tqdm=False)
+    finally:
+        del engine
+        gc.collect()
+        torch.cuda.empty_cache()
+    return [output.outputs[0].text for output in outputs]
 
 
 def action_slot_prefix(completion: str) -> str:
@@ -129,16 +176,22 @@ def tool_probabilities(
     n_tools, longest = len(candidates), max(len(c) for c in candidates)
     pad = tokenizer.pad_token_id
     # Right-padded: padding after a candidate's last token cannot change that token's score.
-    candidate_ids = torch.tensor([c + [pad] * (longest - len(c)) for c in candidates])
-    candidate_mask = torch.tensor([[1] * len(c) + [0] * (longest - len(c)) for c in candidates])
+    device = model.device
+    candidate_ids = torch.tensor(
+        [c + [pad] * (longest - len(c)) for c in candidates], device=device
+    )
+    candidate_mask = torch.tensor(
+        [[1] * len(c) + [0] * (longest - len(c)) for c in candidates], device=device
+    )
     log_probs = np.zeros((len(contexts), n_tools))
     for batch in _length_sorted_batches([len(ids) for ids in context_ids], batch_size):
         width = max(len(context_ids[i]) for i in batch)
         padding = [width - len(context_ids[i]) for i in batch]
         input_ids = torch.tensor(
-            [[pad] * n + context_ids[i] for i, n in zip(batch, padding, strict=True)]
+            [[pad] * n + context_ids[i] for i, n in zip(batch, padding, strict=True)],
+            device=device,
         )
-        attention_mask = torch.tensor([[0] * n + [1] * (width - n) for n in padding])
+        attention_mask = torch.tensor([[0] * n + [1] * (width - n) for n in padding], device=device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         context = model(
             input_ids=input_ids,
@@ -156,7 +209,7 @@ def tool_probabilities(
             input_ids=tokens,
             attention_mask=torch.cat([attention_mask.repeat_interleave(n_tools, 0), mask], 1),
             position_ids=position_ids[:, -1:].repeat_interleave(n_tools, 0)
-            + torch.arange(1, longest + 1),
+            + torch.arange(1, longest + 1, device=device),
             cache=cache,
         )
         first = torch.log_softmax(context.logits[:, -1].float(), -1).repeat_interleave(n_tools, 0)
@@ -165,6 +218,6 @@ def tool_probabilities(
         token_log_probs = torch.cat(
             [first.gather(-1, tokens[:, :1]), rest.gather(-1, tokens[:, 1:, None]).squeeze(-1)], 1
         )
-        log_probs[batch] = (token_log_probs * mask).sum(-1).view(rows, n_tools).numpy()
+        log_probs[batch] = (token_log_probs * mask).sum(-1).view(rows, n_tools).cpu().numpy()
     shifted = log_probs - log_probs.max(axis=1, keepdims=True)
     return np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)

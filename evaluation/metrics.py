@@ -29,6 +29,15 @@ class SliceMetrics(BaseModel):
     consistent: float | None = Field(description="share of parseable outputs")
 
 
+# The pooled rates of `Headline`, in table order.
+POOLED = ("overall", "single", "multi", "condition_fails", "condition_holds", "scenario")
+
+
+def step_row(step: int) -> str:
+    """The row name of a step's accuracy: `step 2`."""
+    return f"step {step}"
+
+
 class Headline(BaseModel):
     """The numbers a before/after table shows (tool accuracy)."""
 
@@ -46,13 +55,17 @@ class Headline(BaseModel):
     by_source: dict[str, float | None] = Field(
         default_factory=dict, description="per data file, e.g. `eval/unseen_phrasing`"
     )
+    n: dict[str, int] = Field(
+        default_factory=dict,
+        description="rows evaluated behind each number, by its name in `rows()` (scenarios for "
+        "`scenario`)",
+    )
 
     def rows(self) -> dict[str, float | None]:
         """Every number by its row name, in table order: the pooled rates, `step N`, sources."""
-        pooled = ["overall", "single", "multi", "condition_fails", "condition_holds", "scenario"]
         return {
-            **{name: getattr(self, name) for name in pooled},
-            **{f"step {step}": value for step, value in sorted(self.by_step.items())},
+            **{name: getattr(self, name) for name in POOLED},
+            **{step_row(step): value for step, value in sorted(self.by_step.items())},
             **self.by_source,
         }
 
@@ -120,21 +133,30 @@ def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = Non
     catalogue = catalogue or default_catalogue()
     frame = _with_outcome(predictions)
     multi = frame.filter(pl.col("kind") == "multi")
-    scenarios = multi.group_by("scenario_id").agg(pl.col("correct").all())
+    pooled = {
+        "overall": frame,
+        "single": frame.filter(pl.col("kind") == "single"),
+        "multi": multi,
+        "condition_fails": frame.filter(pl.col("branch") == "condition_fails"),
+        "condition_holds": frame.filter(pl.col("branch") == "condition_holds"),
+        "scenario": multi.group_by("scenario_id").agg(pl.col("correct").all()),
+    }
+    steps = {
+        int(step): frame.filter(pl.col("step") == step)
+        for step in sorted(frame["step"].unique().to_list(), key=int)
+    }
+    sources = {
+        source: frame.filter(pl.col("source") == source)
+        for source in sorted(frame["source"].unique().to_list())
+    }
     headline = Headline(
-        overall=_rate(frame),
-        single=_rate(frame.filter(pl.col("kind") == "single")),
-        multi=_rate(multi),
-        condition_fails=_rate(frame.filter(pl.col("branch") == "condition_fails")),
-        condition_holds=_rate(frame.filter(pl.col("branch") == "condition_holds")),
-        scenario=_rate(scenarios),
-        by_step={
-            int(step): _rate(frame.filter(pl.col("step") == step))
-            for step in sorted(frame["step"].unique().to_list(), key=int)
-        },
-        by_source={
-            source: _rate(frame.filter(pl.col("source") == source))
-            for source in sorted(frame["source"].unique().to_list())
+        **{name: _rate(rows) for name, rows in pooled.items()},
+        by_step={step: _rate(rows) for step, rows in steps.items()},
+        by_source={source: _rate(rows) for source, rows in sources.items()},
+        n={
+            **{name: rows.height for name, rows in pooled.items()},
+            **{step_row(step): rows.height for step, rows in steps.items()},
+            **{source: rows.height for source, rows in sources.items()},
         },
     )
     slices = [

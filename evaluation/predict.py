@@ -6,41 +6,54 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from toolgrpo.evaluation.decoding import (
     EvaluationError,
     action_slot_prefix,
+    encode_prompts,
     generate_completions,
+    generate_with_vllm,
     load_model,
     tool_probabilities,
 )
+from toolgrpo.evaluation.device import CPU_BATCH_SIZES, EvalDevice, cuda_batch_sizes, eval_device
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import Completion, first_json_object
 from toolgrpo.schemas.predictions import probability_columns, validate_predictions
 from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.config import CONFIG_FILENAME, Device, read_config
 from toolgrpo.training.rewards import thought_action_consistent
 
-# The machine has 2 cores shared by everyone; evaluation never takes more.
+# The machine has 2 cores shared by everyone; evaluation on the CPU never takes more.
 MAX_TORCH_THREADS = 2
 _NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 SAMPLE_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "source", "prompt"]
 
 
 class EvalSettings(BaseModel):
-    """How completions are decoded and tools scored."""
+    """How completions are decoded and tools scored, and where (`evaluation.device`)."""
 
     model_config = ConfigDict(frozen=True)
     max_new_tokens: int = Field(350, gt=0)  # case study: max_completion_length 350
-    batch_size: int = Field(32, gt=0, description="prompts decoded together")
-    score_batch_size: int = Field(16, gt=0, description="rows whose tools are scored together")
+    device: Device = Field("auto", description="auto: where the model trained (its config)")
+    batch_size: int | None = Field(
+        None, gt=0, description="prompts decoded together; None: 32 on the CPU, what fits a GPU"
+    )
+    score_batch_size: int | None = Field(
+        None, gt=0, description="rows whose tools are scored together; None: 16 / what fits"
+    )
     # Two threads on two busy cores ran a tiny model ~20x slower than one: contention, not work.
-    torch_threads: int = Field(MAX_TORCH_THREADS, ge=1, le=MAX_TORCH_THREADS)
+    torch_threads: int = Field(
+        MAX_TORCH_THREADS, ge=1, le=MAX_TORCH_THREADS, description="on the CPU only"
+    )
 
 
 DEFAULT_SETTINGS = EvalSettings()
@@ -93,16 +106,52 @@ def completion_checks(completion: str, solution: str, catalogue: Catalogue) -> d
     }
 
 
+def decode(
+    model_dir: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    model: PreTrainedModel,
+    prompts: list[str],
+    device: EvalDevice,
+    settings: EvalSettings,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Greedy completions with vLLM where `device` says so, else with `generate` (`on_batch`:
+    see `generate_completions`)."""
+    if device.vllm:
+        grpo = read_config(Path(model_dir) / CONFIG_FILENAME).grpo
+        return generate_with_vllm(
+            model_dir,
+            tokenizer,
+            prompts,
+            max_new_tokens=settings.max_new_tokens,
+            dtype=device.dtype,
+            gpu_memory_utilization=grpo.vllm_gpu_memory_utilization,
+        )
+    return generate_completions(
+        tokenizer,
+        model,
+        prompts,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=batch_size,
+        on_batch=on_batch,
+    )
+
+
 def predict(
     model_dir: Path,
     samples: pl.DataFrame,
     settings: EvalSettings = DEFAULT_SETTINGS,
     catalogue: Catalogue | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    device: EvalDevice | None = None,
 ) -> pl.DataFrame:
-    """The predictions frame of the model in `model_dir` on `samples` (validated).
+    """The predictions frame of the model in `model_dir` on `samples` (validated), evaluated on
+    `device` (default: `eval_device` of the model and `settings.device`).
 
     `samples` has the data contract's columns plus `source` (see `sample_source`) or the
-    loader's `file` column, from which `source` is derived.
+    loader's `file` column, from which `source` is derived. `on_progress(done, total)` follows
+    the decoding, the bulk of the time.
     """
     catalogue = catalogue or default_catalogue()
     if "source" not in samples.columns and "file" in samples.columns:
@@ -111,22 +160,28 @@ def predict(
     missing = [c for c in [*SAMPLE_COLUMNS, "solution", "tool"] if c not in samples.columns]
     if missing:
         raise EvaluationError(f"sample rows lack columns {missing}")
-    torch.set_num_threads(settings.torch_threads)
-    tokenizer, model = load_model(model_dir)
+    device = device or eval_device(model_dir, settings.device)
+    if device.device == "cpu":
+        torch.set_num_threads(settings.torch_threads)
+    tokenizer, model = load_model(model_dir, device)
     prompts = samples["prompt"].to_list()
-    completions = generate_completions(
-        tokenizer,
-        model,
-        prompts,
-        max_new_tokens=settings.max_new_tokens,
-        batch_size=settings.batch_size,
+    fitted = CPU_BATCH_SIZES
+    if device.device == "cuda":
+        longest_prompt = max(map(len, encode_prompts(tokenizer, prompts)), default=0)
+        tokens_per_row = longest_prompt + settings.max_new_tokens
+        fitted = cuda_batch_sizes(model.config, device.dtype, tokens_per_row, len(catalogue.names))
+    batch_size = settings.batch_size or fitted[0]
+    score_batch_size = settings.score_batch_size or fitted[1]
+    on_batch = None if on_progress is None else lambda done: on_progress(done, len(prompts))
+    completions = decode(
+        model_dir, tokenizer, model, prompts, device, settings, batch_size, on_batch
     )
     contexts = [
         chat_prompt(tokenizer, prompt) + action_slot_prefix(completion)
         for prompt, completion in zip(prompts, completions, strict=True)
     ]
     probabilities = tool_probabilities(
-        tokenizer, model, contexts, catalogue.names, batch_size=settings.score_batch_size
+        tokenizer, model, contexts, catalogue.names, batch_size=score_batch_size
     )
     checks = [
         completion_checks(completion, solution, catalogue)

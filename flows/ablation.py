@@ -4,10 +4,16 @@ Each start (SFT on single-step rows only, and the preset's default warm start) i
 per seed; from each, one GRPO arm per advantage estimator with the same seeds, steps and data.
 Arms run as separate Prefect tasks, `workers` at a time, and every saved checkpoint is evaluated
 on the held-out rows. The report (verdict, table, plot) goes to the run folder and to artifacts.
+
+The tasks run on a thread pool of this process, or on a Dask cluster (`dask`: a local one, or a
+team's scheduler) through prefect-dask, the optional extra `toolgrpo[dask]`: each arm's training
+and evaluation then run on a Dask worker. A remote cluster's workers need the package and the
+same paths (eval files, `out`) on a shared filesystem.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 from typing import Any
@@ -15,10 +21,18 @@ from typing import Any
 import polars as pl
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture, wait
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from toolgrpo.ablation.arms import ARMS, STARTS, AblationError, Start, arm_config, start_config
+from toolgrpo.ablation.arms import (
+    ARMS,
+    STARTS,
+    AblationError,
+    Arm,
+    Start,
+    arm_config,
+    start_config,
+)
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings
@@ -32,7 +46,6 @@ from toolgrpo.tasks.ablation import (
 )
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.training.config import ConfigError, load_preset
-from toolgrpo.training.ngrpo import Scope
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
 
@@ -45,9 +58,14 @@ class AblationParams(BaseModel):
     seeds: int = Field(3, ge=1, description="seeds per start and arm: the preset's seed, +1, …")
     steps: int | None = Field(None, gt=0, description="GRPO steps per arm; None: the preset's")
     eval_every: int | None = Field(None, gt=0, description="None: a third of the steps")
-    arms: list[Scope] = Field(default_factory=lambda: list(ARMS), min_length=1)
+    arms: list[Arm] = Field(default_factory=lambda: list(ARMS), min_length=1)
     starts: list[Start] = Field(default_factory=lambda: list(STARTS), min_length=1)
-    workers: int = Field(2, ge=1, description="arms trained at once")
+    workers: int = Field(2, ge=1, description="arms trained at once (Dask: local workers)")
+    dask: str | None = Field(
+        None,
+        description="None: a thread pool here; 'local': a local Dask cluster of `workers` "
+        "processes; else a Dask scheduler's address (tcp://host:8786)",
+    )
     out: Path = Path("runs")
     eval_files: list[Path] = Field(default_factory=lambda: list(HELD_OUT), min_length=1)
     overrides: dict[str, Any] = Field(
@@ -74,6 +92,8 @@ def parse_params(**values: Any) -> AblationParams:
     missing = [str(path) for path in params.eval_files if not path.is_file()]
     if missing:
         raise AblationError(f"eval files not found: {', '.join(missing)}")
+    if params.dask is not None and importlib.util.find_spec("prefect_dask") is None:
+        raise AblationError("dask: prefect-dask is not installed: pip install 'toolgrpo[dask]'")
     return params
 
 
@@ -117,6 +137,7 @@ def ablation(params: AblationParams) -> AblationReport:
     arms = {
         (start, seed, arm): train_arm.submit(
             starts[start, seed],
+            arm,
             arm_config(config, arm, steps, eval_every),
             run_dir / start / f"seed-{seed}" / arm,
             samples,
@@ -158,7 +179,18 @@ def ablation(params: AblationParams) -> AblationReport:
     return report
 
 
+def task_runner(params: AblationParams) -> TaskRunner:
+    """`workers` threads of this process, or the Dask cluster `params.dask` names."""
+    if params.dask is None:
+        return ThreadPoolTaskRunner(max_workers=params.workers)
+    from prefect_dask import DaskTaskRunner
+
+    if params.dask == "local":
+        # One thread per worker process: each task is one training stage and its evaluations.
+        return DaskTaskRunner(cluster_kwargs={"n_workers": params.workers, "threads_per_worker": 1})
+    return DaskTaskRunner(address=params.dask)
+
+
 def run_ablation(params: AblationParams) -> AblationReport:
-    """The ablation flow with `params.workers` task threads."""
-    runner = ThreadPoolTaskRunner(max_workers=params.workers)
-    return ablation.with_options(task_runner=runner)(params)
+    """The ablation flow on `task_runner(params)`."""
+    return ablation.with_options(task_runner=task_runner(params))(params)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,9 +17,65 @@ from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+# A Prefect API that answers does so in milliseconds; one that does not costs every flow call
+# Prefect's retries (~15 s) and three chained tracebacks, so each command asks it first.
+PREFECT_API_PROBE_S = 3.0
+
 app = App(name="toolgrpo", help="Train and monitor tool-selecting agents with GRPO + NGRPO.")
 data_app = App(name="data", help="The shipped dataset.")
 app.command(data_app)
+
+
+def say(text: str, error: bool = False) -> None:
+    """Print `text` (to stderr when `error`) with its control characters, but line breaks, shown
+    as escapes: an ANSI sequence in a row id or file name must not clear the terminal."""
+    from toolgrpo.schemas.problems import visible
+
+    print(visible(text, keep="\n"), file=sys.stderr if error else sys.stdout)
+
+
+def unusable_files(paths: Sequence[Path | None]) -> str | None:
+    """Why some of `paths` (None: not given) cannot be read as files, or None when all can."""
+    given = [path for path in paths if path is not None]
+    missing = [str(path) for path in given if not path.exists()]
+    folders = [str(path) for path in given if path.is_dir()]
+    reasons = [f"no such file: {', '.join(missing)}"] if missing else []
+    if folders:
+        reasons.append(f"a folder, not a file: {', '.join(folders)} (pass the files in it)")
+    return "; ".join(reasons) or None
+
+
+def prefect_api_problem() -> str | None:
+    """Why the Prefect API that PREFECT_API_URL (or the active profile) names cannot be used, or
+    None: also when none is named, since a flow then starts a temporary local server."""
+    import ssl
+
+    import httpx
+    from prefect.settings import get_current_settings
+
+    api = get_current_settings().api
+    if not api.url:
+        return None
+    verify = (
+        False
+        if api.tls_insecure_skip_verify
+        else ssl.create_default_context(cafile=api.ssl_cert_file)
+    )
+    try:
+        answer = httpx.get(
+            f"{api.url.rstrip('/')}/health", timeout=PREFECT_API_PROBE_S, verify=verify
+        )
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
+        reason = str(error).rstrip(".") or type(error).__name__
+    else:
+        # Without credentials Prefect Cloud answers 401/403: it is there.
+        if answer.is_success or answer.status_code in (401, 403):
+            return None
+        reason = f"GET /health answered HTTP {answer.status_code}"
+    return (
+        f"cannot reach the Prefect API at {api.url}: {reason}; unset PREFECT_API_URL to use a "
+        "temporary local server"
+    )
 
 
 @data_app.command
@@ -43,9 +101,10 @@ def ablate(
     seeds: int = 3,
     steps: int | None = None,
     eval_every: int | None = None,
-    arms: str = "none,zero_std,all",
+    arms: str = "none,zero_std,zero_std_tool,all",
     starts: str = "single_only,default",
     workers: int = 2,
+    dask: str | None = None,
     out: Path = Path("runs"),
     set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
 ) -> int:
@@ -53,6 +112,8 @@ def ablate(
 
     ARMS and STARTS are comma-separated. STEPS defaults to the preset's GRPO steps, EVAL_EVERY
     to a third of them; --set FIELD=VALUE overrides a training config field of every stage.
+    DASK runs the arms on a Dask cluster instead of WORKERS threads here: `local` (WORKERS
+    processes) or a scheduler address such as tcp://host:8786 (needs `toolgrpo[dask]`).
     Writes ablation.md / .json / .png in a new folder under OUT.
     """
     from toolgrpo.flows.ablation import parse_params, run_ablation
@@ -66,50 +127,79 @@ def ablate(
             arms=[arm.strip() for arm in arms.split(",")],
             starts=[start.strip() for start in starts.split(",")],
             workers=workers,
+            dask=dask,
             out=out,
             overrides=config_overrides(set_ or []),
         )
     except ValueError as error:  # AblationError included
-        print(f"ablate: {error}", file=sys.stderr)
+        say(f"ablate: {error}", error=True)
         return 2
     report = run_ablation(params)
-    print(f"\n{report.verdict}\n\nreport: {report.markdown_path}")
+    say(f"\n{report.verdict}\n\nreport: {report.markdown_path}")
     for line in report.failed:
-        print(f"did not finish: {line}", file=sys.stderr)
+        say(f"did not finish: {line}", error=True)
     return 1 if report.failed else 0
 
 
 @app.command
-def validate(*files: Path, out: Path = Path("runs"), overrides: Path | None = None) -> int:
+def validate(
+    *files: Path,
+    train: Annotated[list[Path] | None, Parameter(consume_multiple=True, negative="")] = None,
+    eval_: Annotated[
+        list[Path] | None, Parameter(name="--eval", consume_multiple=True, negative="")
+    ] = None,
+    out: Path = Path("runs"),
+    overrides: Path | None = None,
+) -> int:
     """Check sample FILES (JSONL or parquet) against the row contract; report under OUT.
 
     Prints one line per problem (file:line, what is wrong, the check) and the report's path.
-    OVERRIDES: a label_overrides.jsonl to apply first. Exit 0: every row valid; 1: some row or
-    file failed; 2: usage error (no files, a missing file).
+    --train F… --eval F… give the files' roles: an eval row whose scenario_id or normalised
+    prompt is in a training file fails (leakage); FILES of unknown role only warn. OVERRIDES: a
+    label_overrides.jsonl to apply first. Exit 0: every row valid; 1: some row or file failed;
+    2: usage error (no files, a missing file or a folder), or the report cannot be written.
     """
-    import logging
-
     from toolgrpo.flows.data_quality import data_quality
+    from toolgrpo.validation.gate import DataGateFailed
 
-    missing = [path for path in [*files, overrides] if path is not None and not path.is_file()]
-    if not files or missing:
-        reason = "no such file: " + ", ".join(map(str, missing)) if missing else "no files given"
-        print(f"toolgrpo validate: {reason}", file=sys.stderr)
+    given = [*files, *(train or []), *(eval_ or [])]
+    unusable = "no files given" if not given else unusable_files([*given, overrides])
+    if unusable:
+        say(f"toolgrpo validate: {unusable}", error=True)
         return 2
-    # Prefect's console logs (to stderr) would drown the problem lines; keep its warnings.
-    logging.getLogger("prefect").setLevel(logging.WARNING)
-    report = data_quality(files=list(files), out=out, overrides=overrides)
+    _quiet_console()
+    try:
+        report = data_quality(
+            files=list(files), out=out, overrides=overrides, train_files=train, eval_files=eval_
+        )
+    except DataGateFailed as failed:
+        report = failed.report
+    except OSError as error:  # the report cannot be written
+        say(f"toolgrpo validate: {error}", error=True)
+        return 2
     for problem in report.failures:
-        print(problem)
+        say(str(problem))
     for warning in report.warnings:
-        print(f"warning: {warning}")
+        say(f"warning: {warning}")
     verdict = "ok" if report.ok else "FAILED"
-    print(
+    say(
         f"{verdict}: {report.valid_rows}/{report.rows} rows valid, {len(report.failures)} "
         f"problem(s), {len(report.conflicts)} label conflict(s) (warnings); "
         f"report: {Path(report.run_dir or out) / 'report.md'}"
     )
     return 0 if report.ok else 1
+
+
+def _quiet_console() -> None:
+    """Keep Prefect's console to errors: the command prints the problem lines itself. Only the
+    console handler is turned down, so the flow run's log in the UI keeps every line."""
+    import logging
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler):
+            handler.setLevel(logging.ERROR)
 
 
 @app.command
@@ -127,7 +217,7 @@ def evaluate(
 
     Writes predictions.parquet, metrics.json and metrics.md to a new folder under OUT and prints
     the metrics. OVERRIDES: a label_overrides.jsonl to apply first. Exit 0: evaluated;
-    2: a data file or the model cannot be read.
+    2: a data file or the model cannot be read, or the results cannot be written.
     """
     from pydantic import ValidationError
 
@@ -145,13 +235,13 @@ def evaluate(
         report = evaluate_flow(model, data, out, overrides, settings)
     except UnreadableData as error:
         for problem in error.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem), error=True)
         return 2
-    except (ValidationError, EvaluationError, PredictionsError) as error:
-        print(f"toolgrpo evaluate: {error}", file=sys.stderr)
+    except (ValidationError, EvaluationError, PredictionsError, OSError) as error:
+        say(f"toolgrpo evaluate: {error}", error=True)
         return 2
-    print(metrics_markdown(report.metrics))
-    print(f"\npredictions: {report.predictions_path}\nmetrics: {report.metrics_path}")
+    say(metrics_markdown(report.metrics))
+    say(f"\npredictions: {report.predictions_path}\nmetrics: {report.metrics_path}")
     return 0
 
 
@@ -176,27 +266,50 @@ def mine(*, predictions: Path, audit: Path | None = None, out: Path = Path("runs
     try:
         report, out_dir = mine_predictions(predictions, audit, out)
     except (OSError, pl.exceptions.PolarsError, PredictionsError) as error:
-        print(f"toolgrpo mine: {error}", file=sys.stderr)
+        say(f"toolgrpo mine: {error}", error=True)
         return 2
-    print(findings_markdown(report))
-    print(f"\nreview queue: {out_dir / 'review_queue.csv'}")
+    say(findings_markdown(report))
+    say(f"\nreview queue: {out_dir / 'review_queue.csv'}")
     return 0
 
 
 @mine_app.command(name="apply-review")
-def apply_review(reviewed: Path, *, overrides: Path = LABEL_OVERRIDES) -> int:
+def apply_review(
+    reviewed: Path,
+    *,
+    overrides: Path = LABEL_OVERRIDES,
+    data: Annotated[list[Path] | None, Parameter(consume_multiple=True, negative="")] = None,
+    allow_unknown: bool = False,
+) -> int:
     """Turn REVIEWED (a review_queue.csv whose decision/reviewer/reason columns are filled in)
     into label overrides merged into OVERRIDES; the loader applies them on the next run.
 
-    Exit 0: written; 2: the file is missing or a decision is unusable (file:line says which).
+    Each decision is checked against its row in DATA (default: the shipped train and eval files)
+    as the next data gate will check it; --allow-unknown writes decisions for ids of no row.
+    Exit 0: written; 1: a decision, or a line of OVERRIDES, is unusable (one line each says
+    where), nothing written; 2: a file is missing, unreadable or cannot be written.
     """
+    from toolgrpo.flows.review import SHIPPED_SAMPLES
     from toolgrpo.flows.review import apply_review as apply_review_flow
     from toolgrpo.mining.review import ReviewError
 
+    data = data or SHIPPED_SAMPLES
+    if unusable := unusable_files([reviewed, *data]):
+        say(f"toolgrpo mine apply-review: {unusable}", error=True)
+        return 2
     try:
-        apply_review_flow(reviewed, overrides)
-    except (OSError, ReviewError) as error:
-        print(f"toolgrpo mine apply-review: {error}", file=sys.stderr)
+        apply_review_flow(reviewed, overrides, data, allow_unknown)
+    except ReviewError as error:
+        for problem in error.problems:
+            say(str(problem), error=True)
+        say(
+            f"toolgrpo mine apply-review: {len(error.problems)} problem(s); nothing was written "
+            f"to {overrides}",
+            error=True,
+        )
+        return 1
+    except OSError as error:
+        say(f"toolgrpo mine apply-review: {error}", error=True)
         return 2
     return 0
 
@@ -210,7 +323,10 @@ def config_overrides(items: list[str]) -> dict[str, Any]:
         field, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set takes FIELD=VALUE, got {item!r}")
-        overrides[field.strip()] = yaml.safe_load(value)
+        try:
+            overrides[field.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError(f"--set {field.strip()}: {value!r} is not a value") from None
     return overrides
 
 
@@ -223,14 +339,17 @@ def _retrain_params(
     audit_folds: int | None = None,
 ):
     from toolgrpo.flows.retrain import RetrainParams
+    from toolgrpo.training.config import load_preset
 
     given = {"train_files": train or None, "eval_files": eval_ or None, "audit_folds": audit_folds}
-    return RetrainParams(
+    params = RetrainParams(
         preset=preset,
         out=out,
         config=config_overrides(set_),
         **{k: v for k, v in given.items() if v is not None},
     )
+    load_preset(params.preset, params.config)  # a bad field or value stops before any run
+    return params
 
 
 @app.command
@@ -264,25 +383,28 @@ def run(
 
     missing = [p for p in [*(train or []), *(eval_ or [])] if not p.is_file()]
     if missing:
-        print(f"toolgrpo run: no such file: {', '.join(map(str, missing))}", file=sys.stderr)
+        say(f"toolgrpo run: no such file: {', '.join(map(str, missing))}", error=True)
         return 2
     try:
         params = _retrain_params(preset, train, eval_, out, set_ or [], audit_folds)
-        summary = retrain(params)
     except (ValueError, ValidationError, ConfigError) as error:
-        print(f"toolgrpo run: {error}", file=sys.stderr)
+        say(f"toolgrpo run: {error}", error=True)
         return 2
-    except DataGateFailed as error:
-        for problem in error.report.failures:
-            print(problem, file=sys.stderr)
-        print(f"toolgrpo run: {error}", file=sys.stderr)
+    try:
+        summary = retrain(params)
+    except DataGateFailed as error:  # the flow run's log lists the problem lines
+        say(f"toolgrpo run: {error}", error=True)
         return 1
     except StageFailed as error:
-        print(f"toolgrpo run: {error}", file=sys.stderr)
+        say(f"toolgrpo run: {error}", error=True)
         return 1
-    print("\n" + markdown_table(before_after_rows(summary.accuracy)))
-    print(f"\n{summary.zero_std.line()} (calibration changed {summary.zero_std.changed})")
-    print(f"report: {summary.run_dir / 'report.html'}\nsummary: {summary.run_dir / 'summary.json'}")
+    say("\n" + markdown_table(before_after_rows(summary.accuracy)))
+    zero_std = summary.zero_std
+    say(
+        f"\n{zero_std.line()}; on the tool score {zero_std.zero_on_tool}/{zero_std.total} "
+        f"(calibration changed {zero_std.changed})"
+    )
+    say(f"report: {summary.run_dir / 'report.html'}\nsummary: {summary.run_dir / 'summary.json'}")
     return 0
 
 
@@ -299,6 +421,67 @@ def serve(*, preset: Literal["smoke", "cpu", "gpu"] = "cpu", out: Path = Path("r
     return 0
 
 
-def main() -> None:
-    """Console-script entry point: the command's return value is the exit status."""
-    sys.exit(app() or 0)
+@app.command(name="notify-on-failure")
+def notify_on_failure(*, block: str) -> int:
+    """Notify through the Prefect notification block BLOCK (`<block type>/<name>`, e.g.
+    `slack-webhook/toolgrpo-alerts`) whenever a run of the nightly retrain or the hourly
+    data-quality deployment fails: creates (or replaces) the automation of
+    flows/notify-on-failure.yaml on the server PREFECT_API_URL names. Exit 0: created;
+    2: no PREFECT_API_URL, or no such block.
+    """
+    from prefect.settings import get_current_settings
+
+    from toolgrpo.flows.deployments import NotificationError
+    from toolgrpo.flows.deployments import notify_on_failure as create_automation
+
+    if not get_current_settings().api.url:
+        say(
+            "toolgrpo notify-on-failure: set PREFECT_API_URL to the server that runs the "
+            "deployments (a temporary server would forget the automation)",
+            error=True,
+        )
+        return 2
+    try:
+        automation_id = create_automation(block)
+    except NotificationError as error:
+        say(f"toolgrpo notify-on-failure: {error}", error=True)
+        return 2
+    say(f"automation {automation_id}: failed runs of both deployments notify through {block}")
+    return 0
+
+
+# The commands that run flows, and so need the Prefect API (`data generate` and help do not).
+FLOW_COMMANDS = (validate, evaluate, mine, apply_review, run, ablate, serve, notify_on_failure)
+
+
+class _NoTracebacks(logging.Filter):
+    """Drops, on the terminal only, Prefect's log of an exception a flow or task raised: the
+    command prints one line for each error it expects, and Python shows the traceback of any
+    other. The Prefect API still gets the whole log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is None
+
+
+def main(tokens: Sequence[str] | None = None) -> None:
+    """Console-script entry point: the command's return value is the exit status (2 for a usage
+    error). A command that runs flows first checks, in seconds, that the Prefect API answers;
+    a failing one prints no traceback of an error it reports (`serve`, long-running, does)."""
+    command, bound, _ = app.parse_args(tokens)
+    if command in FLOW_COMMANDS:
+        if problem := prefect_api_problem():
+            say(f"toolgrpo: {problem}", error=True)
+            sys.exit(2)
+        if command is not serve:
+            from prefect.logging.configuration import ensure_logging_setup
+            from prefect.logging.handlers import PrefectConsoleHandler
+
+            ensure_logging_setup()
+            for handler in logging.getLogger().handlers:
+                if isinstance(handler, PrefectConsoleHandler):
+                    handler.addFilter(_NoTracebacks())
+    try:
+        status = command(*bound.args, **bound.kwargs)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(status if isinstance(status, int) else 0)

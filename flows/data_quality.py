@@ -1,30 +1,52 @@
-"""The data-quality flow: load sample files, check every row, publish the report."""
+"""The data-quality flow: load sample files, check every row, publish the report; a failing row or
+file turns the flow run red, with its problem lines in the run's log."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from prefect import flow
+from prefect.runtime import flow_run
 
 from toolgrpo.tasks.load import load_samples
-from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
 from toolgrpo.tasks.validate import (
     DataReport,
+    failed_gate,
     publish_data_report,
     summarise_samples,
     validate_samples,
 )
 
 
-@flow(name="data-quality")
-def data_quality(
-    files: list[Path], out: Path = Path("runs"), overrides: Path | None = None
-) -> DataReport:
-    """Validate FILES (JSONL or parquet) against the row contract; report in a new folder of OUT.
+def _data_quality_run_name() -> str:
+    """`data-quality-5-files-20261201-0529`."""
+    given = flow_run.parameters
+    count = sum(len(given.get(name) or []) for name in ("files", "train_files", "eval_files"))
+    return run_name("data-quality", f"{count}-files")
 
-    The report's `ok` says whether every row passed. Label conflicts are warnings.
+
+@flow(name="data-quality", flow_run_name=_data_quality_run_name)
+def data_quality(
+    files: list[Path] | None = None,
+    out: Path = Path("runs"),
+    overrides: Path | None = None,
+    train_files: list[Path] | None = None,
+    eval_files: list[Path] | None = None,
+) -> DataReport:
+    """Validate FILES, TRAIN_FILES and EVAL_FILES (JSONL or parquet) against the row contract;
+    report in a new folder of OUT.
+
+    The roles matter for leakage: an EVAL_FILES row whose scenario_id or normalised prompt is in
+    a TRAIN_FILES row fails; FILES, of unknown role, only warn when they share rows with another
+    file. Label conflicts are warnings. Once the report is written, any failing row or file ends
+    the run Failed (calling the flow then raises `DataGateFailed` with the report).
     """
-    samples = load_samples(files, overrides)
-    report = validate_samples(samples)
+    train_files, eval_files = train_files or [], eval_files or []
+    paths = [*(files or []), *train_files, *eval_files]
+    tag_flow_run(f"data:{files_hash(paths)[:SHORT_HASH]}")
+    samples = load_samples(paths, overrides)
+    checked = validate_samples(samples, list(map(str, train_files)), list(map(str, eval_files)))
     counts = summarise_samples(samples)
-    return publish_data_report(report, counts, new_run_dir(out, "data-quality"))
+    report = publish_data_report(checked, counts, new_run_dir(out, "data-quality"))
+    return report if report.ok else failed_gate(report)

@@ -14,11 +14,14 @@ from typing import Any, Literal
 import polars as pl
 from prefect import flow, get_run_logger
 from prefect.cache_policies import CacheKeyFnPolicy
+from prefect.runtime import flow_run
 from pydantic import BaseModel, Field
 
 from toolgrpo import training
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
+from toolgrpo.reporting.markdown import markdown_table
+from toolgrpo.reporting.run_report import before_after_rows
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.schemas.samples import TRAINING_COLUMNS
@@ -26,11 +29,11 @@ from toolgrpo.tasks.audit import cross_fitted_audit
 from toolgrpo.tasks.evaluate import evaluate_model
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
-from toolgrpo.tasks.report import publish_report
-from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.tasks.report import publish_headline, publish_report
+from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
 from toolgrpo.tasks.train import StageResult, train_stage
 from toolgrpo.tasks.validate import (
-    enforce_data_gate,
+    failed_gate,
     publish_data_report,
     summarise_samples,
     validate_samples,
@@ -92,14 +95,6 @@ def fingerprint(paths: list[Path], config: TrainConfig, code: list[Path] | None 
     return digest.hexdigest()
 
 
-def files_hash(paths: list[Path]) -> str:
-    """A hash of the input files as given (what changed since the last run)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(Path(path).read_bytes())
-    return digest.hexdigest()
-
-
 def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
     """The validated training rows (overrides applied) as the JSONL files a stage reads."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -112,15 +107,18 @@ def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
 
 
 def data_gate(params: RetrainParams, run_dir: Path) -> tuple[LoadedSamples, DataReport]:
-    """Validate every input file; raises DataGateFailed (before any training) when a row fails."""
+    """Validate every input file, an eval row found in the training files included (leakage),
+    and publish the report; the flow stops before any training when it fails."""
     overrides = params.label_overrides
     if overrides is not None and not overrides.is_file():
         overrides = None
     loaded = load_samples([*params.train_files, *params.eval_files], overrides)
-    report = publish_data_report(
-        validate_samples(loaded), summarise_samples(loaded), _subdir(run_dir, "data_quality")
+    report = validate_samples(
+        loaded, [str(p) for p in params.train_files], [str(p) for p in params.eval_files]
     )
-    return loaded, enforce_data_gate(report)
+    return loaded, publish_data_report(
+        report, summarise_samples(loaded), _subdir(run_dir, "data_quality")
+    )
 
 
 def cached_stage(
@@ -132,15 +130,15 @@ def cached_stage(
     init_dir: Path | None = None,
 ) -> StageResult:
     """`train_stage`, reused when the same key (data + config) trained before and its model is
-    still on disk."""
+    still on disk, and resumed from the checkpoint of an unfinished run with the same key."""
     cached = train_stage.with_options(
         cache_policy=CacheKeyFnPolicy(cache_key_fn=lambda *_: f"{stage}-{key}"),
         persist_result=True,
     )
-    result = cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir)
+    result = cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key)
     if not (result.model_dir / "config.json").is_file():
         result = cached.with_options(refresh_cache=True)(
-            stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir
+            stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key
         )
     return result
 
@@ -151,17 +149,31 @@ def _subdir(run_dir: Path, name: str) -> Path:
     return path
 
 
-@flow(name="retrain", log_prints=True)
+def _retrain_run_name() -> str:
+    """`retrain-cpu-20261201-0529`."""
+    params = RetrainParams.model_validate(flow_run.parameters.get("params") or {})
+    return run_name("retrain", params.preset)
+
+
+@flow(name="retrain", flow_run_name=_retrain_run_name, log_prints=True)
 def retrain(params: RetrainParams | None = None) -> RunSummary:
-    """Gate the data, train SFT then GRPO + NGRPO, evaluate both, mine errors, publish a report."""
+    """Gate the data, train SFT then GRPO + NGRPO, evaluate both, mine errors, publish a report.
+
+    A failed data gate ends the run Failed before any training (calling the flow then raises
+    `DataGateFailed` with the report), as does a failed training stage (`StageFailed`).
+    """
     params = params or RetrainParams()
     logger = get_run_logger()
+    data_hash = files_hash([*params.train_files, *params.eval_files])
+    tag_flow_run(f"preset:{params.preset}", f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(params.out, f"retrain-{params.preset}").resolve()
     logger.info("run folder: %s", run_dir)
     wall: dict[str, float] = {}
 
     started = time.monotonic()
     loaded, gate = data_gate(params, run_dir)
+    if not gate.ok:
+        return failed_gate(gate)
     train_paths = {str(p) for p in params.train_files}
     is_train = pl.col("file").is_in(train_paths)
     single_path, multi_path = write_training_rows(loaded.frame.filter(is_train), run_dir / "data")
@@ -193,10 +205,16 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     wall["sft"], wall["grpo"] = (sft.wall_s, grpo.wall_s) if retrained else (0.0, 0.0)
 
     started = time.monotonic()
-    before = evaluate_model(sft.model_dir, eval_rows, run_dir / "eval_sft", settings)
-    after = evaluate_model(grpo.model_dir, eval_rows, run_dir / "eval_grpo", settings)
+    before = evaluate_model(
+        sft.model_dir, eval_rows, run_dir / "eval_sft", settings, label="evaluate sft · eval"
+    )
+    after = evaluate_model(
+        grpo.model_dir, eval_rows, run_dir / "eval_grpo", settings, label="evaluate grpo · eval"
+    )
     audit = (
-        evaluate_model(grpo.model_dir, train_rows, run_dir / "eval_train", settings)
+        evaluate_model(
+            grpo.model_dir, train_rows, run_dir / "eval_train", settings, label="audit · train"
+        )
         if params.audit_training_rows
         else None
     )
@@ -228,7 +246,7 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     summary = RunSummary(
         preset=params.preset,
         run_dir=run_dir,
-        data_hash=files_hash([*params.train_files, *params.eval_files]),
+        data_hash=data_hash,
         config_hash=key,
         rows={name: count for name, count in gate.counts.get("file", {}).items()},
         retrained=retrained,
@@ -240,5 +258,8 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
         wall_s={stage: round(seconds, 1) for stage, seconds in wall.items()},
     )
     report = publish_report(summary, after.metrics, mining, grpo_metrics)
-    logger.info("%s; report: %s", summary.zero_std.line(), report)
+    publish_headline(summary, report)
+    table = markdown_table(before_after_rows(summary.accuracy))
+    logger.info("tool accuracy before and after GRPO (n: rows evaluated):\n%s", table)
+    logger.info("%s; report: %s", summary.zero_std.line(), report.html)
     return summary

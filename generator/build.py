@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from toolgrpo.generator.phrases import LANGS, Lang, PhraseList, tool_phrases
+from toolgrpo.generator.phrases import LANGS, Lang, PhraseList, counts, tool_phrases
 from toolgrpo.generator.scenarios import PATTERNS
 from toolgrpo.generator.slots import Slots, draw_slots
 from toolgrpo.generator.steps import Step, planted_check_first, single_step
@@ -24,45 +24,10 @@ Split = Literal["train", "eval"]
 Kind = Literal["single", "multi"]
 
 
-class Rows(NamedTuple):
-    """How many rows (or scenarios) of one kind each split gets."""
-
-    train: int
-    eval: int
-
-    def of(self, split: Split) -> int:
-        return self.train if split == "train" else self.eval
-
-
 # The case study: 454 single-step samples + 823 expanded multi-step samples.
 TRAIN_SINGLE_ROWS = 454
 TRAIN_MULTI_ROWS = 823
 
-# Single-step rows per tool; planted rows (withdraw wording, check_balance label) come on top.
-SINGLE_ROWS = {
-    "check_balance": Rows(train=58, eval=12),
-    "transfer_funds": Rows(train=60, eval=12),
-    "place_order": Rows(train=60, eval=12),
-    "withdraw": Rows(train=56, eval=11),
-    "deposit": Rows(train=54, eval=11),
-    "get_quote": Rows(train=56, eval=11),
-    "get_transactions": Rows(train=54, eval=11),
-    "respond": Rows(train=49, eval=9),
-}
-PLANTED_ROWS = Rows(train=7, eval=2)  # ~1.5% and ~2% of the single-step rows
-# Scenarios per multi-step pattern: 290 two-step + 81 three-step = 823 rows in train.
-MULTI_SCENARIOS = {
-    "transfer_if_enough": Rows(train=70, eval=15),
-    "withdraw_if_enough": Rows(train=44, eval=9),
-    "buy_if_below": Rows(train=36, eval=7),
-    "sell_if_above": Rows(train=24, eval=5),
-    "quote_then_trade": Rows(train=32, eval=6),
-    "balance_then_history": Rows(train=26, eval=5),
-    "deposit_then_balance": Rows(train=30, eval=7),
-    "transfer_then_balance": Rows(train=28, eval=6),
-    "buy_if_affordable": Rows(train=51, eval=10),
-    "deposit_transfer_history": Rows(train=30, eval=5),
-}
 CONDITION_FAILS_SHARE = 0.4  # the respond branch must be common enough to measure
 HELD_OUT_SINGLE = 2  # the last two requests of each single-step list are kept for unseen
 HELD_OUT_MULTI = 1  # the last request of each multi-step list is kept for unseen
@@ -187,11 +152,11 @@ class _Builder:
 
     def single_jobs(self, split: Split) -> list[SingleJob]:
         jobs = []
-        for tool, rows in SINGLE_ROWS.items():
+        for tool, rows in counts().single_rows.items():
             langs = self.langs(rows.of(split))
             phrasings = self.phrasings(langs, tool_phrases(tool).requests, HELD_OUT_SINGLE)
             jobs += [SingleJob(tool, *job) for job in zip(langs, phrasings, strict=True)]
-        langs = self.langs(PLANTED_ROWS.of(split))
+        langs = self.langs(counts().planted_rows.of(split))
         withdraw = tool_phrases("withdraw").requests
         phrasings = [
             self.rng.randrange(_trained_count(withdraw, lang, HELD_OUT_SINGLE)) for lang in langs
@@ -204,7 +169,7 @@ class _Builder:
 
     def multi_jobs(self, split: Split) -> list[MultiJob]:
         jobs = []
-        for name, scenarios in MULTI_SCENARIOS.items():
+        for name, scenarios in counts().multi_scenarios.items():
             pattern, n = PATTERNS[name], scenarios.of(split)
             fails = round(n * CONDITION_FAILS_SHARE) if pattern.conditional else 0
             condition_holds = [False] * fails + [True] * (n - fails)
@@ -279,14 +244,14 @@ def _unseen_jobs() -> tuple[list[SingleJob], list[MultiJob]]:
     """Jobs for the held-out requests only."""
     single = [
         SingleJob(tool, lang, phrasing)
-        for tool in SINGLE_ROWS
+        for tool in counts().single_rows
         for lang in LANGS
         for phrasing in _held_out(tool_phrases(tool).requests, lang, HELD_OUT_SINGLE)
         for _ in range(UNSEEN_DRAWS_PER_PHRASING)
     ]
     multi = [
         MultiJob(name, lang, phrasing, draw % 2 == 0 or not PATTERNS[name].conditional)
-        for name in MULTI_SCENARIOS
+        for name in counts().multi_scenarios
         for lang in LANGS
         for phrasing in _held_out(PATTERNS[name].phrases.requests, lang, HELD_OUT_MULTI)
         for draw in range(UNSEEN_DRAWS_PER_PHRASING)

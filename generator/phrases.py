@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -136,6 +136,24 @@ class Vocabulary(_Table):
     quantities: tuple[int, ...]
 
 
+class Rows(NamedTuple):
+    """How many rows (or scenarios) of one kind each split gets."""
+
+    train: int
+    eval: int
+
+    def of(self, split: str) -> int:
+        return self.train if split == "train" else self.eval
+
+
+class Counts(_Table):
+    """counts.yaml: rows per tool, planted rows, scenarios per multi-step pattern."""
+
+    single_rows: dict[str, Rows]
+    planted_rows: Rows
+    multi_scenarios: dict[str, Rows]
+
+
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
@@ -170,3 +188,8 @@ def planted_phrases() -> PlantedPhrases:
 @cache
 def vocabulary() -> Vocabulary:
     return _load(Vocabulary, "vocabulary.yaml")
+
+
+@cache
+def counts() -> Counts:
+    return _load(Counts, "counts.yaml")

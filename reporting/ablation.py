@@ -6,7 +6,7 @@ from pathlib import Path
 
 from toolgrpo.ablation.arms import METRICS
 from toolgrpo.ablation.summary import AblationSummary, spread_percent
-from toolgrpo.reporting.markdown import markdown_table
+from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text
 
 
 def results_table(summary: AblationSummary) -> list[dict[str, str]]:
@@ -29,11 +29,11 @@ def results_table(summary: AblationSummary) -> list[dict[str, str]]:
 def ablation_markdown(summary: AblationSummary, verdict: str, plot: Path) -> str:
     """ablation.md: the verdict, the table and the plot."""
     seeds = ", ".join(str(s) for s in summary.seeds)
-    failed = "\n".join(f"- {line}" for line in summary.failed)
+    failed = "\n".join(f"- {markdown_text(line)}" for line in summary.failed)
     return "\n\n".join(
         part
         for part in [
-            f"# Ablation: SFT vs GRPO vs NGRPO — preset `{summary.preset}`",
+            f"# Ablation: SFT vs GRPO vs NGRPO — preset {code_span(summary.preset)}",
             f"Seeds {seeds}; {summary.steps} GRPO steps, evaluated every {summary.eval_every} "
             f"steps on {summary.eval_rows} held-out rows; wall time {summary.wall_s:.0f}s. "
             "Values are the mean across seeds with the min–max range in brackets.",

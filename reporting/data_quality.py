@@ -1,15 +1,24 @@
-"""The data-quality report as markdown: verdict, counts, failures by check, conflicts, overrides."""
+"""The data-quality report as markdown: verdict, counts, failures by check, conflicts, overrides.
+
+Everything that comes from the data (messages quoting a row, file names, prompts, reasons) is
+escaped: the report renders as the data reads, in the run folder and in the Prefect UI alike.
+"""
 
 from __future__ import annotations
 
-from toolgrpo.reporting.markdown import markdown_table
+from toolgrpo.reporting.markdown import Markdown, code_span, markdown_table, markdown_text
 from toolgrpo.schemas.data_quality import DataReport, LabelConflict
-from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.samples import check_rule
+from toolgrpo.validation.gate import CROSS_FILE_RULES, invalid_rows_by_file
 from toolgrpo.validation.loader import LOAD_CHECK_RULES
 
 # Beyond this, the markdown and the Prefect table show the first rows; the CSV has them all.
 MAX_LISTED_FAILURES = 200
+# A conflict's prompt as the report's table shows it (conflicts.csv has it whole).
+CONFLICT_PROMPT_CHARS = 120
+# The rules of the checks that are not row rules of the contract (`check_rule` knows those).
+CHECK_RULES = {**LOAD_CHECK_RULES, **CROSS_FILE_RULES}
 
 
 def render_markdown(report: DataReport) -> str:
@@ -20,12 +29,26 @@ def render_markdown(report: DataReport) -> str:
         f"{report.valid_rows} of {report.rows} rows valid, {report.invalid_rows} invalid, "
         f"{len(report.failures)} problem(s), {len(report.conflicts)} label conflict(s) "
         f"(warnings), {len(report.overrides)} override(s) applied.",
-        "Files: " + ", ".join(f"`{f}`" for f in report.files),
+        "Files: " + ", ".join(code_span(f) for f in report.files),
     ]
-    for dimension, counts in report.counts.items():
+    counts = dict(report.counts)
+    if "file" in counts:
+        invalid = invalid_rows_by_file(report.failures, counts["file"])
+        by_file = [
+            {
+                "file": file,
+                "rows": n,
+                "valid": n - invalid[file],
+                "invalid": invalid[file],
+            }
+            for file, n in counts.pop("file").items()
+        ]
+        parts += ["## Rows by file", markdown_table(by_file)]
+    for dimension, by_value in counts.items():
+        rows = [{dimension: value, "rows": n} for value, n in by_value.items()]
         parts += [
-            f"## Rows by {dimension}",
-            markdown_table([{dimension: value, "rows": n} for value, n in counts.items()]),
+            f"## Rows by {dimension} ({sum(by_value.values())} readable rows)",
+            markdown_table(rows),
         ]
     by_check: dict[str, int] = {}
     for problem in report.failures:
@@ -35,19 +58,19 @@ def render_markdown(report: DataReport) -> str:
             {
                 "check": check,
                 "problems": n,
-                "rule": LOAD_CHECK_RULES.get(check) or check_rule(check),
+                "rule": Markdown(CHECK_RULES.get(check) or check_rule(check)),
             }
             for check, n in by_check.items()
         ]
         parts += ["## Failures by check", markdown_table(rules)]
         listed = report.failures[:MAX_LISTED_FAILURES]
-        parts += ["## Failures", "\n".join(f"- `{p}`" for p in listed)]
+        parts += ["## Failures", "\n".join(f"- {code_span(p)}" for p in listed)]
         if len(report.failures) > len(listed):
             parts.append(f"... {len(report.failures) - len(listed)} more in failures.csv")
     if report.conflicts:
         conflicts = [
             {
-                "normalised prompt": c.prompt[:120],
+                "normalised prompt": shown(c.prompt, limit=CONFLICT_PROMPT_CHARS),
                 "tools": ", ".join(c.tools),
                 "rows": ", ".join(r.location for r in c.rows),
             }
@@ -68,7 +91,7 @@ def render_markdown(report: DataReport) -> str:
         ]
         parts += ["## Label overrides applied", markdown_table(overrides)]
     if report.warnings:
-        parts += ["## Warnings", "\n".join(f"- {w}" for w in report.warnings)]
+        parts += ["## Warnings", "\n".join(f"- {markdown_text(w)}" for w in report.warnings)]
     return "\n\n".join(parts) + "\n"
 
 

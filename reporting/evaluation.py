@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from toolgrpo.evaluation.metrics import RATES, EvalMetrics
-from toolgrpo.reporting.markdown import markdown_table, percent
+from toolgrpo.reporting.markdown import Markdown, markdown_table, percent
 
 
 def metrics_tables(metrics: EvalMetrics) -> dict[str, list[dict[str, Any]]]:
     """The metrics as tables (lists of row dicts) for Prefect table artifacts and markdown."""
     headline = metrics.accuracy
     summary = [
-        {"metric": name, "accuracy": percent(value)} for name, value in headline.rows().items()
+        {"metric": name, "n": headline.n.get(name, "–"), "accuracy": percent(value)}
+        for name, value in headline.rows().items()
     ]
     slices = [
         {
@@ -24,7 +25,10 @@ def metrics_tables(metrics: EvalMetrics) -> dict[str, list[dict[str, Any]]]:
         for s in metrics.slices
     ]
     confusion = [
-        {"label \\ predicted": label, **dict(zip(metrics.confusion.predicted, row, strict=True))}
+        {
+            Markdown("label \\ predicted"): label,
+            **dict(zip(metrics.confusion.predicted, row, strict=True)),
+        }
         for label, row in zip(metrics.confusion.labels, metrics.confusion.counts, strict=True)
     ]
     return {"accuracy": summary, "slices": slices, "confusion": confusion}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from matplotlib.ticker import MaxNLocator
 from toolgrpo.ablation.arms import ARMS, START_LABELS
 from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.evaluation.metrics import EvalMetrics, Headline
+from toolgrpo.reporting.files import replace_file
 from toolgrpo.reporting.run_report import stage_rows
 
 
@@ -89,11 +91,15 @@ def plot_confusion(metrics: EvalMetrics, path: Path) -> Path:
     return _save(fig, path)
 
 
+def png_data_uri(path: Path) -> str:
+    """A PNG file as a `data:` URI: an image that renders wherever its markdown goes (the Prefect
+    UI cannot read the run folder)."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
 def _save(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return replace_file(path, lambda temporary: fig.savefig(temporary, format="png", dpi=110))
 
 
 def plot_multi_step(summary: AblationSummary, path: Path) -> Path:

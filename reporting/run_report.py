@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import base64
-import re
+from collections.abc import Collection
 from pathlib import Path
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 
 from toolgrpo.evaluation.metrics import EvalMetrics, Headline
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
-from toolgrpo.reporting.markdown import markdown_table, percent
+from toolgrpo.reporting.expectations import preset_note
+from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text, percent
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.run import RunSummary
 
@@ -25,41 +27,61 @@ def stage_rows(
 
 
 def before_after_rows(accuracy: dict[str, Headline]) -> list[dict[str, str]]:
-    """One row per headline number (pooled, per step, per data file), one column per stage."""
+    """One row per headline number (pooled, per step, per data file): `n`, the rows evaluated
+    behind it (the last stage's), then one column per stage."""
     names, values = stage_rows(accuracy)
+    sizes = {name: n for headline in accuracy.values() for name, n in headline.n.items()}
     return [
-        {"accuracy": name, **{stage: percent(rows.get(name)) for stage, rows in values.items()}}
+        {
+            "accuracy": name,
+            "n": str(sizes.get(name, "–")),
+            **{stage: percent(rows.get(name)) for stage, rows in values.items()},
+        }
         for name in names
     ]
 
 
+def evaluated_rows(after: EvalMetrics) -> str:
+    """`eval/single_step 16, eval/multistep 16` (the rows really evaluated per data file)."""
+    return ", ".join(
+        f"{markdown_text(source)} {after.accuracy.n.get(source, '–')}"
+        for source in after.accuracy.by_source
+    )
+
+
 def report_markdown(
-    summary: RunSummary, after: EvalMetrics, mining: MiningReport, plots: dict[str, Path]
+    summary: RunSummary, after: EvalMetrics, mining: MiningReport, images: dict[str, str]
 ) -> str:
-    """report.md: the summary, before/after table, plots, slices, confusion, review queue."""
+    """report.md: the summary, before/after table, plots, slices, confusion, review queue.
+
+    `images` maps each plot's title to its `src`: a path relative to the run folder for
+    report.md, a data URI for the Prefect artifact (the UI cannot read the run folder).
+    """
     reuse = (
         "Data and config unchanged since a previous run: the cached models were reused, "
         "nothing was retrained."
         if not summary.retrained
         else "Trained on this run's data."
     )
-    rows = ", ".join(f"{Path(name).name} {n}" for name, n in summary.rows.items())
+    rows = ", ".join(f"{markdown_text(Path(name).name)} {n}" for name, n in summary.rows.items())
     wall = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in summary.wall_s.items())
-    images = [
-        f"![{name}]({path.relative_to(summary.run_dir).as_posix()})" for name, path in plots.items()
-    ]
+    plots = [f"![{name}]({src})" for name, src in images.items()]
     tables = metrics_tables(after)
+    note = preset_note(summary.preset)
     return "\n\n".join(
         [
-            f"# toolgrpo retrain — preset `{summary.preset}`",
-            f"Run folder: `{summary.run_dir}`  \nData hash `{summary.data_hash[:12]}`, config hash "
-            f"`{summary.config_hash[:12]}`. {reuse}  \nRows: {rows}.  \nWall time: {wall}.",
+            f"# toolgrpo retrain — preset {code_span(summary.preset)}",
+            *([f"> {note}"] if note else []),
+            f"Run folder: {code_span(summary.run_dir)}  \nData hash `{summary.data_hash[:12]}`, "
+            f"config hash `{summary.config_hash[:12]}`. {reuse}  \nRows in the data files: "
+            f"{rows}.  \nRows evaluated: {evaluated_rows(after)}.  \nWall time: {wall}.",
             "## Tool accuracy before and after GRPO",
             markdown_table(before_after_rows(summary.accuracy)),
-            f"NGRPO: `{summary.zero_std.line()}`; the calibration changed "
+            f"NGRPO: `{summary.zero_std.line()}` ({summary.zero_std.zero_on_tool} on the tool "
+            f"score alone); the calibration changed "
             f"{summary.zero_std.changed} of those groups.",
             "## Plots",
-            "\n\n".join(images),
+            "\n\n".join(plots),
             "## After GRPO, by slice",
             markdown_table(tables["slices"]),
             "## Confusion matrix after GRPO (rows: label, columns: prediction)",
@@ -69,15 +91,32 @@ def report_markdown(
     )
 
 
-def report_html(markdown: str, run_dir: Path) -> str:
-    """A self-contained HTML page of `markdown`, its images inlined as data URIs."""
-    body = MarkdownIt("commonmark").enable("table").render(markdown)
+def image_source(plot: Path, run_dir: Path) -> str:
+    """How report.md links a plot of the run: its path relative to the run folder."""
+    return plot.relative_to(run_dir).as_posix()
 
-    def inline(match: re.Match[str]) -> str:
-        data = base64.b64encode((run_dir / match.group(1)).read_bytes()).decode("ascii")
-        return f'src="data:image/png;base64,{data}"'
 
-    body = re.sub(r'src="([^"]+\.png)"', inline, body)
+def report_html(markdown: str, run_dir: Path, plots: Collection[Path]) -> str:
+    """A self-contained HTML page of `markdown`, the run's `plots` inlined as data URIs.
+
+    Raw HTML in the markdown is shown as text, and only the images whose source is one of
+    `plots` are read: an image named anywhere else (text from the data) is shown as its alt
+    text, so a report cannot run script or embed a file from outside the run.
+    """
+    inlined = {image_source(plot, run_dir): plot for plot in plots}
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+    def image(self, tokens, idx, options, env) -> str:
+        token = tokens[idx]
+        alt = escapeHtml(self.renderInlineAsText(token.children, options, env))
+        plot = inlined.get(str(token.attrGet("src")))
+        if plot is None:
+            return alt
+        data = base64.b64encode(plot.read_bytes()).decode("ascii")
+        return f'<img src="data:image/png;base64,{data}" alt="{alt}">'
+
+    renderer.add_render_rule("image", image)
+    body = renderer.render(markdown)
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;margin:1em 0;font-size:13px}"

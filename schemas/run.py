@@ -16,6 +16,7 @@ class ZeroStdGroups(BaseModel):
     zero: int
     total: int
     changed: int = Field(description="groups whose advantages the NGRPO calibration changed")
+    zero_on_tool: int = Field(0, description="groups whose completions all got one tool score")
 
     @classmethod
     def from_metrics(cls, metrics: list[dict[str, Any]]) -> ZeroStdGroups:
@@ -25,6 +26,7 @@ class ZeroStdGroups(BaseModel):
             zero=last.get("zero_std_groups_total", 0),
             total=last.get("groups_total", 0),
             changed=last.get("calibrated_groups_total", 0),
+            zero_on_tool=last.get("zero_std_tool_groups_total", 0),
         )
 
     def line(self) -> str:

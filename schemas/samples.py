@@ -16,6 +16,7 @@ from pandera.polars import PolarsData
 from pydantic import BaseModel, ConfigDict
 
 from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.problems import shown
 
 KINDS = ("single", "multi")
 LANGS = ("en", "zh")
@@ -23,6 +24,10 @@ LANGS = ("en", "zh")
 # (reply with `respond` instead).
 CONDITIONS = ("holds", "fails")
 MAX_PROMPT_CHARS = 4_000
+# A completion of the longest preset (350 tokens) is ~1,500 characters; the shipped solutions are
+# at most ~300. Longer text is a broken export, not a label, and would bloat every report.
+MAX_SOLUTION_CHARS = 4_000
+MAX_ID_CHARS = 200
 # One executed step in a step-k prompt's history, after a blank line and `Previous steps:`.
 PREVIOUS_STEPS_HEADER = "\n\nPrevious steps:\n"
 PREVIOUS_STEP_LINE = r"(?m)^Step \d+: \S+ → "
@@ -53,7 +58,8 @@ def condition_branch(condition: pl.Expr, kind: pl.Expr, tool: pl.Expr) -> pl.Exp
     """`condition_holds` / `condition_fails` for a conditional step, null for any other row.
 
     From the row's `condition` label; without one, a multi-step reply counts as the condition
-    failing (the only branch a label alone shows).
+    failing (the only branch a label alone shows). `is_condition_fails` is the same rule for one
+    row (the training process's); a test keeps them equal.
     """
     replies = (kind == "multi") & (tool == "respond")
     return (
@@ -63,6 +69,13 @@ def condition_branch(condition: pl.Expr, kind: pl.Expr, tool: pl.Expr) -> pl.Exp
         .then(pl.lit("condition_fails"))
         .otherwise(None)
     )
+
+
+def is_condition_fails(kind: str, tool: str, condition: str | None = None) -> bool:
+    """`condition_branch` is `condition_fails` for one row."""
+    if condition is not None:
+        return condition == "fails"
+    return kind == "multi" and tool == "respond"
 
 
 CONTRACT_COLUMNS = list(SampleRecord.model_fields)
@@ -226,6 +239,21 @@ class Sample(pa.DataFrameModel):
         return data.lazyframe.select(pl.col("prompt").str.len_chars() <= MAX_PROMPT_CHARS)
 
     @pa.dataframe_check
+    def solution_within_length(cls, data: PolarsData) -> pl.LazyFrame:
+        """The solution is at most 4,000 characters."""
+        return data.lazyframe.select(pl.col("solution").str.len_chars() <= MAX_SOLUTION_CHARS)
+
+    @pa.dataframe_check
+    def id_within_length(cls, data: PolarsData) -> pl.LazyFrame:
+        """The id is at most 200 characters."""
+        return data.lazyframe.select(pl.col("id").str.len_chars() <= MAX_ID_CHARS)
+
+    @pa.dataframe_check
+    def scenario_id_within_length(cls, data: PolarsData) -> pl.LazyFrame:
+        """The scenario_id is at most 200 characters."""
+        return data.lazyframe.select(pl.col("scenario_id").str.len_chars() <= MAX_ID_CHARS)
+
+    @pa.dataframe_check
     def previous_steps_match_step(cls, data: PolarsData) -> pl.LazyFrame:
         """Step k's prompt lists exactly k-1 previous steps (`Step i: tool → observation`)."""
         step = pl.col("step")
@@ -254,6 +282,10 @@ class Sample(pa.DataFrameModel):
         return data.lazyframe.select(~condition.is_in(CONDITIONS).fill_null(False) | matches)
 
 
+def _not_an_object() -> pl.Expr:
+    return ~pl.col("solution_is_object")
+
+
 class ParsedSample(Sample):
     """A sample with its solution's typed parts (see `parse_solution`): the whole row contract."""
 
@@ -269,31 +301,37 @@ class ParsedSample(Sample):
         """`solution` is a JSON object with nothing before or after it."""
         return data.lazyframe.select(pl.col("solution_is_object"))
 
+    # The checks of the solution's parts pass on a solution that is not a JSON object: that row
+    # fails `solution_is_json_object` alone, one problem line for one broken solution.
+
     @pa.dataframe_check
     def solution_has_thought(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `thought` is a non-empty string."""
         visible = pl.col("thought").str.strip_chars().str.len_chars() > 0
-        return data.lazyframe.select(visible.fill_null(False))
+        return data.lazyframe.select(visible.fill_null(False) | _not_an_object())
 
     @pa.dataframe_check
     def solution_has_action_tool(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `action.tool` is a non-empty string."""
-        return data.lazyframe.select((pl.col("action_tool").str.len_chars() > 0).fill_null(False))
+        named = (pl.col("action_tool").str.len_chars() > 0).fill_null(False)
+        return data.lazyframe.select(named | _not_an_object())
 
     @pa.dataframe_check
     def solution_has_params_object(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `action.params` is a JSON object."""
-        return data.lazyframe.select(pl.col("action_params").is_not_null())
+        return data.lazyframe.select(pl.col("action_params").is_not_null() | _not_an_object())
 
     @pa.dataframe_check
     def solution_plan_is_string_list(cls, data: PolarsData) -> pl.LazyFrame:
         """The solution's `plan` is a list of strings (possibly empty)."""
-        return data.lazyframe.select(pl.col("plan").is_not_null())
+        return data.lazyframe.select(pl.col("plan").is_not_null() | _not_an_object())
 
     @pa.dataframe_check
     def tool_matches_solution(cls, data: PolarsData) -> pl.LazyFrame:
-        """`tool` equals the solution's `action.tool`."""
-        return data.lazyframe.select((pl.col("tool") == pl.col("action_tool")).fill_null(False))
+        """`tool` equals the solution's `action.tool` (when it has one)."""
+        # A solution without an action tool fails `solution_has_action_tool` already.
+        matches = pl.col("tool") == pl.col("action_tool")
+        return data.lazyframe.select(matches | pl.col("action_tool").is_null())
 
     @pa.dataframe_check
     def params_match_schema(cls, data: PolarsData) -> pl.LazyFrame:
@@ -312,19 +350,32 @@ def check_names() -> list[str]:
     return [check.name for check in ParsedSample.to_schema().checks]
 
 
-# What was observed on a failing row, per check; evaluated on failing rows only.
+def shown_column(column: str) -> pl.Expr:
+    """A text column's values as `problems.shown` quotes them (cut, control characters escaped)."""
+    return pl.col(column).map_elements(shown, return_dtype=pl.String)
+
+
+def _length_detail(column: str, limit: int) -> pl.Expr:
+    return pl.format(
+        "{} has {} characters (at most {})", pl.lit(column), pl.col(column).str.len_chars(), limit
+    )
+
+
+# What was observed on a failing row, per check, values quoted through `shown`; evaluated on
+# failing rows only.
 FAILURE_DETAILS: dict[str, pl.Expr] = {
-    "id_unique": pl.format('id "{}" is used by more than one row', pl.col("id")),
-    "kind_known": pl.format('kind is "{}" (expected "single" or "multi")', pl.col("kind")),
+    "id_unique": pl.format('id "{}" is used by more than one row', shown_column("id")),
+    "kind_known": pl.format('kind is "{}" (expected "single" or "multi")', shown_column("kind")),
     "steps_match_kind": pl.format(
-        "{} row has step {} of n_steps {}", pl.col("kind"), pl.col("step"), pl.col("n_steps")
+        "{} row has step {} of n_steps {}", shown_column("kind"), pl.col("step"), pl.col("n_steps")
     ),
-    "lang_known": pl.format('lang is "{}" (expected "en" or "zh")', pl.col("lang")),
-    "tool_in_catalogue": pl.format('tool "{}" is not in data/tools.json', pl.col("tool")),
+    "lang_known": pl.format('lang is "{}" (expected "en" or "zh")', shown_column("lang")),
+    "tool_in_catalogue": pl.format('tool "{}" is not in data/tools.json', shown_column("tool")),
     "prompt_not_empty": pl.lit("prompt is empty"),
-    "prompt_within_length": pl.format(
-        "prompt has {} characters (at most {})", pl.col("prompt").str.len_chars(), MAX_PROMPT_CHARS
-    ),
+    "prompt_within_length": _length_detail("prompt", MAX_PROMPT_CHARS),
+    "solution_within_length": _length_detail("solution", MAX_SOLUTION_CHARS),
+    "id_within_length": _length_detail("id", MAX_ID_CHARS),
+    "scenario_id_within_length": _length_detail("scenario_id", MAX_ID_CHARS),
     "previous_steps_match_step": pl.when(has_previous_steps_section() == (pl.col("step") > 1))
     .then(
         pl.format(
@@ -338,13 +389,13 @@ FAILURE_DETAILS: dict[str, pl.Expr] = {
     .then(pl.format("step {} has no `Previous steps:` section", pl.col("step")))
     .otherwise(pl.lit("step 1 has a `Previous steps:` section (expected none)")),
     "condition_known": pl.format(
-        'condition is "{}" (expected "holds", "fails" or none)', pl.col("condition")
+        'condition is "{}" (expected "holds", "fails" or none)', shown_column("condition")
     ),
     "condition_after_first_step": pl.format(
-        "condition on a {} row at step {}", pl.col("kind"), pl.col("step")
+        "condition on a {} row at step {}", shown_column("kind"), pl.col("step")
     ),
     "condition_matches_tool": pl.format(
-        'condition "{}" with tool "{}"', pl.col("condition"), pl.col("tool")
+        'condition "{}" with tool "{}"', shown_column("condition"), shown_column("tool")
     ),
     "solution_is_json_object": pl.lit("solution is not a JSON object"),
     "solution_has_thought": pl.lit("solution has no non-empty string `thought`"),
@@ -353,10 +404,13 @@ FAILURE_DETAILS: dict[str, pl.Expr] = {
     "solution_plan_is_string_list": pl.lit("solution's `plan` is not a list of strings"),
     "tool_matches_solution": pl.format(
         'tool "{}" differs from the solution\'s action.tool "{}"',
-        pl.col("tool"),
-        pl.col("action_tool").fill_null("(none)"),
+        shown_column("tool"),
+        shown_column("action_tool").fill_null("(none)"),
     ),
     "params_match_schema": pl.format(
-        "{} params {}: {}", pl.col("action_tool"), pl.col("action_params"), pl.col("params_error")
+        "{} params {}: {}",
+        shown_column("action_tool"),
+        shown_column("action_params"),
+        shown_column("params_error"),
     ),
 }

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from toolgrpo.ablation.arms import (
     ARM_RECORD,
     AblationError,
+    Arm,
     ArmRun,
     Scores,
     Start,
@@ -28,7 +29,8 @@ from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.ablation.verdict import write_verdict
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
-from toolgrpo.reporting.plots import plot_multi_step
+from toolgrpo.reporting.files import write_text_file
+from toolgrpo.reporting.plots import plot_multi_step, png_data_uri
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import train_stage
@@ -76,6 +78,7 @@ def train_start(
 @task(name="train-arm", cache_policy=NO_CACHE)
 def train_arm(
     start: StartRun,
+    arm: Arm,
     config: TrainConfig,
     run_dir: Path,
     samples: pl.DataFrame,
@@ -88,17 +91,17 @@ def train_arm(
     curve = evaluate_steps(
         checkpoint_models(stage_dir, config.grpo.max_steps), samples, run_dir / "eval", settings
     )
-    arm = ArmRun(
+    record = ArmRun(
         start=start.start,
-        arm=config.grpo.ngrpo_scope,
+        arm=arm,
         seed=config.seed,
         curve=[start.scores, *curve],
         groups=ZeroStdGroups.from_metrics(read_metrics(grpo.metrics_path)),
         wall_s=grpo.wall_s,
     )
     # The arm's record on its own, so finished arms of an interrupted ablation can be read back.
-    (run_dir / ARM_RECORD).write_text(arm.model_dump_json(indent=2), encoding="utf-8")
-    return arm
+    write_text_file(run_dir / ARM_RECORD, record.model_dump_json(indent=2))
+    return record
 
 
 class AblationReport(BaseModel):
@@ -117,12 +120,10 @@ def publish_ablation(summary: AblationSummary, run_dir: Path) -> AblationReport:
     verdict = write_verdict(summary)
     plot = plot_multi_step(summary, run_dir / "ablation.png")
     markdown = ablation_markdown(summary, verdict, plot)
-    markdown_path = run_dir / "ablation.md"
-    json_path = run_dir / "ablation.json"
-    markdown_path.write_text(markdown + "\n", encoding="utf-8")
-    json_path.write_text(summary.model_dump_json(indent=2), encoding="utf-8")
+    markdown_path = write_text_file(run_dir / "ablation.md", markdown + "\n")
+    json_path = write_text_file(run_dir / "ablation.json", summary.model_dump_json(indent=2))
     create_markdown_artifact(
-        markdown=markdown.replace(f"]({plot.name})", f"]({plot.resolve().as_uri()})"),
+        markdown=markdown.replace(f"]({plot.name})", f"]({png_data_uri(plot)})"),
         key="ablation-report",
         description="SFT vs GRPO vs NGRPO: verdict and table",
     )

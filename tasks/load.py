@@ -12,7 +12,7 @@ from toolgrpo.validation import loader
 from toolgrpo.validation.loader import LoadedSamples
 
 
-@task(name="load samples", cache_policy=NO_CACHE)
+@task(name="load samples", task_run_name="load", cache_policy=NO_CACHE)
 def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> LoadedSamples:
     """`validation.loader.load_samples` as a Prefect task."""
     return loader.load_samples(paths, overrides)

@@ -13,15 +13,16 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from toolgrpo.mining.report import MiningReport, mine_errors, review_queue
-from toolgrpo.mining.review import merged_overrides
+from toolgrpo.mining.review import ReviewError, merged_overrides
+from toolgrpo.reporting.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.overrides import LabelOverride
+from toolgrpo.validation.loader import read_overrides
 
 
 def write_mining(report: MiningReport, out_dir: Path) -> dict[str, Path]:
     """review_queue.csv / .jsonl, findings.json and findings.md in `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         "queue_csv": out_dir / "review_queue.csv",
         "queue_jsonl": out_dir / "review_queue.jsonl",
@@ -29,14 +30,14 @@ def write_mining(report: MiningReport, out_dir: Path) -> dict[str, Path]:
         "findings_md": out_dir / "findings.md",
     }
     queue = review_queue(report)
-    queue.write_csv(paths["queue_csv"])
-    queue.write_ndjson(paths["queue_jsonl"])
-    paths["findings_json"].write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    paths["findings_md"].write_text(findings_markdown(report) + "\n", encoding="utf-8")
+    write_csv_file(queue, paths["queue_csv"])
+    replace_file(paths["queue_jsonl"], queue.write_ndjson)
+    write_text_file(paths["findings_json"], report.model_dump_json(indent=2))
+    write_text_file(paths["findings_md"], findings_markdown(report) + "\n")
     return paths
 
 
-@task(name="mine errors", cache_policy=NO_CACHE)
+@task(name="mine errors", task_run_name="mine", cache_policy=NO_CACHE)
 def mine(
     predictions: pl.DataFrame,
     audit: pl.DataFrame | None,
@@ -54,8 +55,15 @@ def mine(
 
 @task(name="write label overrides", cache_policy=NO_CACHE)
 def write_label_overrides(overrides: Iterable[LabelOverride], path: Path) -> Path:
-    """Merge `overrides` into the JSONL file at `path` (created if absent)."""
-    existing = path.read_text(encoding="utf-8") if path.is_file() else ""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(merged_overrides(existing, overrides), encoding="utf-8")
-    return path
+    """Merge `overrides` into the JSONL file at `path` (created if absent), replaced whole.
+
+    Raises `ReviewError` naming the lines of an existing file that cannot be read back (a
+    half-written line, a duplicate id): it is left as it is, for a person to fix.
+    """
+    existing: dict[str, tuple[int, LabelOverride]] = {}
+    if path.exists():
+        existing, problems = read_overrides(path)
+        if problems:
+            raise ReviewError(problems)
+    kept = (override for _, override in existing.values())
+    return write_text_file(path, merged_overrides(kept, overrides))

@@ -1,10 +1,19 @@
-"""Run folders: one fresh, never-reused directory per flow run, named so they sort by time."""
+"""Run folders and run labels: one fresh folder per flow run, named so they sort by time, and the
+names and tags that let a person find a flow run in the Prefect UI."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
+
+from prefect import get_client
+from prefect.context import FlowRunContext
+
+# How a data hash is shown in tags and reports.
+SHORT_HASH = 12
 
 
 def new_run_dir(root: Path, label: str) -> Path:
@@ -21,3 +30,28 @@ def new_run_dir(root: Path, label: str) -> Path:
         except FileExistsError:
             continue
         return run_dir
+
+
+def run_name(*parts: object) -> str:
+    """A flow run name that says what ran and when: `retrain-cpu-20261201-0529`."""
+    return "-".join([*map(str, parts), datetime.now().strftime("%Y%m%d-%H%M")])
+
+
+def files_hash(paths: Iterable[Path]) -> str:
+    """A hash of the files' bytes, in order (what changed since the last run). A missing file
+    adds nothing: the data gate reports it."""
+    digest = hashlib.sha256()
+    for path in map(Path, paths):
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def tag_flow_run(*tags: str) -> None:
+    """Add `tags` to the running flow run (a deployment's own tags stay), so that the UI's
+    filters find runs by preset or data."""
+    flow_run = FlowRunContext.get().flow_run
+    merged = list(dict.fromkeys([*flow_run.tags, *tags]))
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(flow_run.id, tags=merged)
+    flow_run.tags = merged

@@ -1,19 +1,28 @@
 """Train one stage (SFT or GRPO) in its own process, watched from a Prefect task.
 
-The stage runs as `python -m toolgrpo.training …` (one process) or `accelerate launch -m
-toolgrpo.training …` (several processes or GPUs), so a crash there cannot take the flow down and
-the same task drives a CPU, a GPU or many. The task streams the child's output into the run log,
-turns the metrics file into a progress artifact, enforces its own deadline (Prefect's timeouts
-cannot interrupt a blocking call) by killing the child's process group, and raises with the last
-lines of output when the child fails. Running the task again — or a Prefect retry — resumes from
-the checkpoint.
+The stage runs as `python -m toolgrpo.training …` (one process) or `accelerate launch
+--config_file … -m toolgrpo.training …` (several processes or GPUs: DDP, DeepSpeed or FSDP as
+`runtime.accelerate_config` names), so a crash there cannot take the flow down and the same task
+drives a CPU, a GPU or many. The config is placed on this machine's device first
+(`training.device`): a fallback to the CPU is logged, a device or engine the machine lacks stops
+the task with one line before anything starts. The task streams the child's output into the run
+log (its progress lines at info level, its per-step records at debug), turns the metrics file
+into a progress artifact, enforces its own deadline (Prefect's timeouts cannot interrupt a
+blocking call) by killing the child's process group, and raises with the last lines of output
+when the child fails. Running the task again — or a Prefect retry — resumes from the checkpoint;
+given a `resume_key`, so does a new run with the same inputs, from the checkpoint an unfinished
+earlier run left in a sibling run folder.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,13 +32,21 @@ from pathlib import Path
 from typing import IO, Literal
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
+from toolgrpo.reporting.files import write_text_file
+from toolgrpo.tasks.progress import update_progress
+from toolgrpo.training.config import (
+    CONFIG_FILENAME,
+    ConfigError,
+    TrainConfig,
+    accelerate_config_file,
+)
+from toolgrpo.training.device import place_here
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
-from toolgrpo.training.stage import checkpoint_step, last_checkpoint
+from toolgrpo.training.stage import last_checkpoint, saved_checkpoints
 
 Stage = Literal["sft", "grpo"]
 TAIL_LINES = 30
@@ -38,6 +55,15 @@ KILL_GRACE_S = 10.0
 # Exit status of `python -m toolgrpo.training` for unusable input (bad config, missing data):
 # retrying cannot help.
 INPUT_ERROR_STATUS = 2
+# In a stage folder: the key of the inputs it trains on, so a later run can resume it.
+RESUME_KEY_FILE = "resume_key.txt"
+# What a stage needs of an earlier attempt to resume: the tiny model's tokenizer (SFT) and the
+# metrics so far; with the last checkpoint.
+CARRIED_OVER = ("init", METRICS_FILENAME)
+# Per-step records of the child: the Trainer's own dict of every logged metric, and NGRPO's
+# zero-std line. train_metrics.jsonl keeps them and the progress lines sum them up, so the run
+# log gets them at debug level only.
+PER_STEP_RECORD = re.compile(r"^\{'|^toolgrpo\.training\.ngrpo: Zero std: ")
 
 
 class StageFailed(RuntimeError):
@@ -60,14 +86,27 @@ class StageResult(BaseModel):
     wall_s: float
 
 
+def free_port() -> int:
+    """A TCP port no process listens on now: stages started side by side (ablation arms, two
+    runs on one node) must not meet on accelerate's default rendezvous port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def stage_command(
     stage: Stage, run_dir: Path, config: TrainConfig, init_dir: Path | None
 ) -> list[str]:
-    """The command line of the training process: accelerate for several processes."""
-    if config.runtime.num_processes > 1:
+    """The command line of the training process: accelerate for several processes, with the
+    config file of `runtime.accelerate_config`; the process count and precision come from the
+    training config and override the file's."""
+    runtime = config.runtime
+    if runtime.num_processes > 1:
         launcher = [sys.executable, "-m", "accelerate.commands.launch"]
-        launcher += ["--num_processes", str(config.runtime.num_processes)]
+        launcher += ["--config_file", str(accelerate_config_file(runtime.accelerate_config))]
+        launcher += ["--num_processes", str(runtime.num_processes)]
         launcher += ["--mixed_precision", "bf16" if config.model.bf16 else "no"]
+        launcher += ["--main_process_port", str(free_port())]
         launcher += ["-m", "toolgrpo.training"]
     else:
         launcher = [sys.executable, "-m", "toolgrpo.training"]
@@ -106,13 +145,47 @@ def _progress(metrics_path: Path) -> tuple[int, int]:
     return last.get("step", 0), last.get("max_steps", 0)
 
 
-def _update_progress(artifact_id, progress: float, description: str) -> None:
-    """Best effort: a slow or unreachable Prefect API must not fail a training stage (seen
-    here: an API read timeout on a loaded 2-core box restarted a stage)."""
-    try:
-        update_progress_artifact(artifact_id, progress=progress, description=description)
-    except Exception as error:  # httpx timeouts and API errors alike
-        get_run_logger().warning("progress artifact not updated: %s", error)
+def _unfinished_attempt(stage: Stage, run_dir: Path, resume_key: str) -> Path | None:
+    """The last complete checkpoint of `stage` that an unfinished run with the same inputs
+    (`resume_key`) left in a sibling of `run_dir`; the furthest on, if several did."""
+    checkpoints: dict[int, Path] = {}
+    for sibling in run_dir.parent.iterdir():
+        stage_dir = sibling / stage
+        key_file = stage_dir / RESUME_KEY_FILE
+        if sibling == run_dir or (stage_dir / "model").exists() or not key_file.is_file():
+            continue
+        if key_file.read_text(encoding="utf-8") == resume_key:
+            checkpoints.update(saved_checkpoints(stage_dir))
+    return checkpoints[max(checkpoints)] if checkpoints else None
+
+
+def _continue_unfinished_run(stage: Stage, run_dir: Path, resume_key: str) -> None:
+    """Record `resume_key` in the stage folder; first, when the stage has no checkpoint of its
+    own, copy in the last one of an unfinished run with that key (`_unfinished_attempt`) and what
+    resuming from it needs (`CARRIED_OVER`). Copies, not links: the child rewrites its metrics
+    file in place, and the earlier run's folder must stay as it was."""
+    stage_dir = run_dir / stage
+    earlier = (
+        None if last_checkpoint(stage_dir) else _unfinished_attempt(stage, run_dir, resume_key)
+    )
+    if earlier is not None:
+        get_run_logger().info("%s: resuming from %s, left by an unfinished run", stage, earlier)
+        for name in (earlier.name, *CARRIED_OVER):
+            source = earlier.parent / name
+            if source.is_dir():
+                shutil.copytree(source, stage_dir / name, dirs_exist_ok=True)
+            elif source.is_file():
+                shutil.copy2(source, stage_dir / name)
+    write_text_file(stage_dir / RESUME_KEY_FILE, resume_key)
+
+
+def _resume_hint(stage_dir: Path, resume_key: str | None) -> str:
+    """How the stage goes on from where it stopped, for the failure message."""
+    checkpoint = last_checkpoint(stage_dir)
+    if checkpoint is None:
+        return "no checkpoint was saved, so a re-run starts the stage over"
+    again = "re-run the same command (or flow run)" if resume_key else f"re-run it in {stage_dir}"
+    return f"{again} to resume from its last checkpoint, {checkpoint}"
 
 
 def _retry_unless_input_error(task, task_run, state) -> bool:
@@ -121,6 +194,8 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
         state.result()
     except StageFailed as error:
         return error.returncode not in (INPUT_ERROR_STATUS, None)
+    except ConfigError:
+        return False
     except Exception:
         return True
     return False
@@ -128,6 +203,7 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
 
 @task(
     name="train-stage",
+    task_run_name="{stage}",
     cache_policy=NO_CACHE,
     retries=1,
     retry_delay_seconds=5,
@@ -139,20 +215,28 @@ def train_stage(
     config: TrainConfig,
     timeout_s: float = 3600.0,
     init_dir: Path | None = None,
+    resume_key: str | None = None,
 ) -> StageResult:
     """Run one training stage in `run_dir` as a subprocess and return where its model is.
 
-    The config is written to `<run_dir>/train_config.json` for the child to read. Raises
-    `StageFailed` (with the last lines of output) when the child exits non-zero or runs past
-    `timeout_s`; a second call on the same `run_dir` resumes from the last checkpoint.
+    The config, placed on this machine's device, is written to `<run_dir>/train_config.json`
+    for the child to read. Raises `ConfigError` when the machine cannot run it, `StageFailed`
+    (with the last lines of output) when the child exits non-zero or runs past `timeout_s`; a
+    second call on the same `run_dir` resumes from the last checkpoint. With a `resume_key` (a
+    hash of the stage's data, config and code), a first call in a new run folder resumes from
+    the checkpoint of an unfinished run with the same key in a sibling folder.
     """
     logger = get_run_logger()
+    config, note = place_here(config)
+    if note is not None:
+        logger.warning("%s: %s", stage, note)
     run_dir = Path(run_dir).resolve()
     stage_dir = run_dir / stage
     metrics_path = stage_dir / METRICS_FILENAME
     config.write(run_dir / CONFIG_FILENAME)
-    checkpoint = last_checkpoint(stage_dir)
-    resumed_from_step = checkpoint_step(checkpoint) if checkpoint else 0
+    if resume_key is not None:
+        _continue_unfinished_run(stage, run_dir, resume_key)
+    resumed_from_step = max(saved_checkpoints(stage_dir), default=0)
     command = stage_command(stage, run_dir, config, init_dir)
     logger.info("starting %s: %s", stage, " ".join(command))
 
@@ -185,12 +269,13 @@ def train_stage(
                 break
             if line:
                 tail.append(line)
-                logger.info("%s | %s", stage, line)
+                level = logging.DEBUG if PER_STEP_RECORD.match(line) else logging.INFO
+                logger.log(level, "%s | %s", stage, line)
             now = time.monotonic()
             if now >= next_progress:
                 step, max_steps = _progress(metrics_path)
                 if max_steps:
-                    _update_progress(
+                    update_progress(
                         artifact_id, 100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}"
                     )
                 next_progress = now + PROGRESS_INTERVAL_S
@@ -209,18 +294,23 @@ def train_stage(
     output = "\n".join(tail)
     if timed_out:
         raise StageFailed(
-            f"{stage} stage ran past its {timeout_s:.0f}s deadline and was stopped; re-run to "
-            f"resume from the last checkpoint. Last output:\n{output}",
+            f"{stage} stage ran past its {timeout_s:.0f}s deadline and was stopped; "
+            f"{_resume_hint(stage_dir, resume_key)}. Last output:\n{output}",
             returncode=None,
         )
     if process.returncode != 0:
+        resume = (
+            ""
+            if process.returncode == INPUT_ERROR_STATUS
+            else f"; {_resume_hint(stage_dir, resume_key)}"
+        )
         raise StageFailed(
-            f"{stage} stage failed (exit status {process.returncode}) after {wall_s}s. "
+            f"{stage} stage failed (exit status {process.returncode}) after {wall_s}s{resume}. "
             f"Last output:\n{output}",
             returncode=process.returncode,
         )
     step, max_steps = _progress(metrics_path)
-    _update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
+    update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
     return StageResult(
         stage=stage,
         model_dir=stage_dir / "model",

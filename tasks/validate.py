@@ -1,4 +1,5 @@
-"""The data-gate tasks: validate, count, enforce, and publish the report (files and artifacts).
+"""The data-gate tasks: validate, count, and publish the report (files and artifacts); the
+failed gate as a flow's final state, with its problem lines in the flow run's log.
 
 The checks are `toolgrpo.validation` (no Prefect); this module writes report.md, failures.csv,
 conflicts.csv and data_quality.json, and publishes the same as Prefect artifacts.
@@ -7,12 +8,14 @@ conflicts.csv and data_quality.json, and publishes the same as Prefect artifacts
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 import polars as pl
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed, State
 
 from toolgrpo.reporting.data_quality import (
     MAX_LISTED_FAILURES,
@@ -20,35 +23,49 @@ from toolgrpo.reporting.data_quality import (
     failure_records,
     render_markdown,
 )
+from toolgrpo.reporting.files import write_csv_file, write_text_file
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.validation import gate
 from toolgrpo.validation.gate import DataGateFailed
 from toolgrpo.validation.loader import LoadedSamples
 
 DATA_QUALITY_FILE = "data_quality.json"
+# Problem lines logged to the flow run; the rest are counted (failures.csv has them all).
+MAX_LOGGED_PROBLEMS = 100
 
 
-@task(name="validate samples", cache_policy=NO_CACHE)
-def validate_samples(loaded: LoadedSamples) -> DataReport:
+@task(name="validate samples", task_run_name="validate", cache_policy=NO_CACHE)
+def validate_samples(
+    loaded: LoadedSamples,
+    train_files: Collection[str] | None = None,
+    eval_files: Collection[str] | None = None,
+) -> DataReport:
     """`validation.gate.validate_samples` as a Prefect task."""
-    return gate.validate_samples(loaded)
+    return gate.validate_samples(loaded, train_files, eval_files)
 
 
-@task(name="count rows", cache_policy=NO_CACHE)
+@task(name="count rows", task_run_name="count rows", cache_policy=NO_CACHE)
 def summarise_samples(loaded: LoadedSamples) -> dict[str, dict[str, int]]:
     """`validation.gate.count_rows` as a Prefect task."""
     return gate.count_rows(loaded)
 
 
-@task(name="enforce data gate", cache_policy=NO_CACHE)
-def enforce_data_gate(report: DataReport) -> DataReport:
-    """`report` unchanged when it passes; raises DataGateFailed (a failed task) when it does not."""
-    if not report.ok:
-        raise DataGateFailed(report)
-    return report
+def failed_gate(report: DataReport) -> State:
+    """The Failed state a flow returns when `report` fails, after logging its problem lines
+    (the first `MAX_LOGGED_PROBLEMS`, then how many more): the run turns red with a one-line
+    message and no traceback, and calling the flow raises `DataGateFailed` with the report."""
+    logger = get_run_logger()
+    for problem in report.failures[:MAX_LOGGED_PROBLEMS]:
+        logger.warning("%s", problem)
+    hidden = len(report.failures) - MAX_LOGGED_PROBLEMS
+    if hidden > 0:
+        logger.warning("... and %d more problem(s): failures.csv in %s", hidden, report.run_dir)
+    failure = DataGateFailed(report)
+    logger.error("%s", failure)
+    return Failed(message=str(failure), data=failure)
 
 
-@task(name="publish data report", cache_policy=NO_CACHE)
+@task(name="publish data report", task_run_name="data report", cache_policy=NO_CACHE)
 def publish_data_report(
     report: DataReport, counts: dict[str, dict[str, int]], run_dir: Path
 ) -> DataReport:
@@ -56,7 +73,7 @@ def publish_data_report(
     the same as Prefect artifacts; returns the report with its counts and run folder."""
     report = report.model_copy(update={"counts": counts, "run_dir": str(run_dir)})
     markdown = render_markdown(report)
-    (run_dir / "report.md").write_text(markdown, encoding="utf-8")
+    write_text_file(run_dir / "report.md", markdown)
     failure_schema = {
         "file": pl.String,
         "line": pl.Int64,
@@ -64,24 +81,36 @@ def publish_data_report(
         "check": pl.String,
         "message": pl.String,
     }
-    pl.DataFrame(failure_records(report.failures), schema=failure_schema).write_csv(
-        run_dir / "failures.csv"
+    write_csv_file(
+        pl.DataFrame(failure_records(report.failures), schema=failure_schema),
+        run_dir / "failures.csv",
     )
     conflict_schema = {k: pl.String for k in ("prompt", "id", "location", "tool")}
-    pl.DataFrame(conflict_records(report.conflicts), schema=conflict_schema).write_csv(
-        run_dir / "conflicts.csv"
+    write_csv_file(
+        pl.DataFrame(conflict_records(report.conflicts), schema=conflict_schema),
+        run_dir / "conflicts.csv",
     )
-    (run_dir / DATA_QUALITY_FILE).write_text(
-        json.dumps(report.model_dump(mode="json"), ensure_ascii=False, indent=2), encoding="utf-8"
+    write_text_file(
+        run_dir / DATA_QUALITY_FILE,
+        json.dumps(report.model_dump(mode="json"), ensure_ascii=False, indent=2),
     )
 
-    create_markdown_artifact(key="data-quality-summary", markdown=markdown)
+    verdict = "passed" if report.ok else "FAILED"
+    create_markdown_artifact(
+        key="data-quality-summary",
+        markdown=markdown,
+        description=f"data quality {verdict}: {report.valid_rows} of {report.rows} rows valid",
+    )
     counts_table = [
         {"dimension": dimension, "value": value, "rows": rows}
         for dimension, by_value in counts.items()
         for value, rows in by_value.items()
     ]
-    create_table_artifact(key="data-quality-counts", table=counts_table)
+    create_table_artifact(
+        key="data-quality-counts",
+        table=counts_table,
+        description="rows by file (every row read), kind, lang, tool and step (readable rows)",
+    )
     listed = report.failures[:MAX_LISTED_FAILURES]
     create_table_artifact(
         key="data-quality-failures",
@@ -89,6 +118,8 @@ def publish_data_report(
         description=f"{len(listed)} of {len(report.failures)} problems; all in failures.csv",
     )
     create_table_artifact(
-        key="data-quality-label-conflicts", table=conflict_records(report.conflicts)
+        key="data-quality-label-conflicts",
+        table=conflict_records(report.conflicts),
+        description=f"{len(report.conflicts)} label conflict(s): warnings for annotators",
     )
     return report

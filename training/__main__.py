@@ -1,9 +1,9 @@
 """`python -m toolgrpo.training {sft,grpo} --run-dir DIR [--preset NAME | --config FILE]`.
 
 The process a Prefect task (or `accelerate launch -m toolgrpo.training`) starts (GRPO also takes
-`--init DIR`): it reads the run folder's config (or writes the one given), trains one stage
-there and resumes from its last checkpoint. Problems with the input exit with status 2 and one
-line on stderr, not a traceback.
+`--init DIR`): it reads the run folder's config (or writes the one given), places it on this
+machine's device (`training.device`), trains one stage there and resumes from its last
+checkpoint. Problems with the input exit with status 2 and one line on stderr, not a traceback.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from toolgrpo.training.config import (
     load_preset,
     read_config,
 )
+from toolgrpo.training.device import place_here
 from toolgrpo.training.grpo import run_grpo
+from toolgrpo.training.model import BaseModelError
 from toolgrpo.training.samples import SamplesError
 from toolgrpo.training.sft import run_sft
 
@@ -67,14 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
-        config = run_config(args.run_dir, args.preset, args.config)
+        config, note = place_here(run_config(args.run_dir, args.preset, args.config))
+        if note is not None:
+            print(f"device: {note}", flush=True)
         if config.runtime.torch_threads is not None:
             torch.set_num_threads(config.runtime.torch_threads)
         if args.stage == "sft":
             model_dir = run_sft(args.run_dir, config)
         else:
             model_dir = run_grpo(args.run_dir, config, args.init)
-    except (ConfigError, SamplesError, FileNotFoundError) as error:
+    except (ConfigError, BaseModelError, SamplesError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"saved {args.stage} model to {model_dir}", flush=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from toolgrpo.schemas.catalogue import load_catalogue
+from toolgrpo.schemas.catalogue import default_catalogue
 
 
 def _system_prompt() -> str:
-    tools = ", ".join(load_catalogue().names)
+    tools = ", ".join(default_catalogue().names)
     return (
         f"You are a financial assistant. Call one tool per step: {tools}. "
         "Reply with one JSON object: thought, action {tool, params}, plan."

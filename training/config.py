@@ -34,6 +34,7 @@ import copy
 import dataclasses
 import difflib
 import hashlib
+import importlib.util
 import json
 import typing
 from collections.abc import Iterator, Mapping
@@ -41,13 +42,21 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.training.rewards import RewardWeights
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 CONFIG_FILENAME = "train_config.json"
+Device = Literal["auto", "cpu", "cuda"]
 
 
 class ConfigError(ValueError):
@@ -176,14 +185,38 @@ class GRPOSection(TrlSection):
     epsilon_high: float | None = Field(
         None, gt=0, description="upper clipping bound; None: the same as epsilon"
     )
-    use_vllm: bool = Field(False, description="generate with vLLM (if installed)")
+    use_vllm: bool = Field(False, description="generate with vLLM (needs CUDA and vllm installed)")
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate",
+        description="colocate: vLLM inside each training process; server: a `trl vllm-serve`",
+    )
+    vllm_server_base_url: str | None = Field(
+        None, description="server mode: the `trl vllm-serve` URL; None: http://0.0.0.0:8000"
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="colocate mode and evaluation: GPU memory share for vLLM"
+    )
+    vllm_tensor_parallel_size: int = Field(
+        1, ge=1, description="colocate mode: GPUs per vLLM engine; divides num_processes"
+    )
     ngrpo_scope: Literal["none", "zero_std", "all"] = Field(
         "zero_std", description="groups given NGRPO's virtual full-score sample; none is GRPO"
     )
     ngrpo_max_reward: float | None = Field(
         None, gt=0, description="reward of the virtual sample; None: the reward's maximum"
     )
+    ngrpo_zero_std_on: Literal["total", "tool"] = Field(
+        "total",
+        description="what a zero-std group has equal: the total reward (the case study) or the "
+        "tool component's score",
+    )
     reward_points: RewardWeights = RewardWeights()
+
+    @model_validator(mode="after")
+    def _server_url_needs_server_mode(self) -> GRPOSection:
+        if self.vllm_server_base_url is not None and self.vllm_mode != "server":
+            raise ValueError("vllm_server_base_url is only read with vllm_mode 'server'")
+        return self
 
 
 class RuntimeSection(TrlSection):
@@ -191,25 +224,73 @@ class RuntimeSection(TrlSection):
     subset. They change no setting of the optimisation, only floating-point detail, so they are
     not in `weights_key`: a busy machine's `torch_threads=1` reuses the trained models."""
 
-    own_fields = frozenset({"num_processes", "torch_threads", "eval_max_rows"})
+    own_fields = frozenset(
+        {"device", "num_processes", "accelerate_config", "torch_threads", "eval_max_rows"}
+    )
 
-    use_cpu: bool = Field(True, description="train on the CPU even when a GPU is present")
+    device: Device = Field(
+        "cpu",
+        description="cpu; cuda (stops without a GPU); auto: CUDA if present, else the CPU (logged)",
+    )
     # TRL turns it on by default; it recomputes activations (about a third more compute), which
     # only pays off when memory is short — a large model on a GPU.
     gradient_checkpointing: bool = Field(False, description="recompute activations to save memory")
     num_processes: int = Field(1, ge=1, description="> 1 launches the stage with accelerate")
+    accelerate_config: str = Field(
+        "multi_gpu",
+        description="with num_processes > 1: a config TRL ships (multi_gpu, zero2, zero3, "
+        "fsdp2, …) or an accelerate config file",
+    )
     torch_threads: int | None = Field(None, gt=0, description="CPU threads; None: torch's default")
     save_steps: int = Field(50, gt=0, description="steps between checkpoints")
     save_total_limit: int = Field(2, gt=0, description="checkpoints kept")
     logging_steps: int = Field(1, gt=0, description="steps between metrics lines")
     eval_max_rows: int | None = Field(None, gt=0, description="rows per eval file, quick checks")
 
+    @field_validator("accelerate_config")
+    @classmethod
+    def _accelerate_config_exists(cls, name: str) -> str:
+        accelerate_config_file(name)
+        return name
 
-# What `weights_key` leaves out: the preset's name, the runtime section, and the data paths.
+
+def trl_accelerate_configs() -> dict[str, Path]:
+    """The accelerate configs TRL ships, by name (found without importing TRL)."""
+    folder = Path(importlib.util.find_spec("trl").origin).parent / "accelerate_configs"
+    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
+
+
+def accelerate_config_file(name: str) -> Path:
+    """The accelerate config file `name` stands for: a path, or a config TRL ships by name."""
+    if Path(name).is_file():
+        return Path(name)
+    shipped = trl_accelerate_configs()
+    if name not in shipped:
+        raise ValueError(
+            f"{name!r} is neither a file nor an accelerate config TRL ships ({', '.join(shipped)})"
+        )
+    return shipped[name]
+
+
+def accelerate_engine(name: str) -> tuple[str, int | None]:
+    """The `distributed_type` of an accelerate config and, for DeepSpeed, its ZeRO stage."""
+    values = yaml.safe_load(accelerate_config_file(name).read_text(encoding="utf-8")) or {}
+    zero_stage = (values.get("deepspeed_config") or {}).get("zero_stage")
+    return str(values.get("distributed_type", "NO")), zero_stage
+
+
+# What `weights_key` leaves out: the preset's name, the runtime section, the data paths, and
+# where vLLM runs (the same sampling either way).
 _NOT_WEIGHTS: dict[str, Any] = {
     "preset": True,
     "runtime": True,
     "data": {"train_single_step", "train_multistep"},
+    "grpo": {
+        "vllm_mode",
+        "vllm_server_base_url",
+        "vllm_gpu_memory_utilization",
+        "vllm_tensor_parallel_size",
+    },
 }
 
 
@@ -235,6 +316,30 @@ class TrainConfig(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _lora_merges_unsharded_weights(self) -> TrainConfig:
+        if self.runtime.num_processes == 1 or self.model.lora.r == 0:
+            return self
+        engine, zero_stage = accelerate_engine(self.runtime.accelerate_config)
+        if engine == "FSDP" or zero_stage == 3:
+            raise ValueError(
+                f"runtime.accelerate_config {self.runtime.accelerate_config!r} shards the weights, "
+                "which LoRA merges into on save: with model.lora.r > 0 use multi_gpu or zero2, "
+                "or train every weight (model.lora.r=0)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _vllm_engines_split_processes(self) -> TrainConfig:
+        grpo, processes = self.grpo, self.runtime.num_processes
+        colocated = grpo.use_vllm and grpo.vllm_mode == "colocate"
+        if colocated and processes % grpo.vllm_tensor_parallel_size:
+            raise ValueError(
+                f"grpo.vllm_tensor_parallel_size {grpo.vllm_tensor_parallel_size} does not divide "
+                f"runtime.num_processes {processes}"
+            )
+        return self
+
     def weights_key(self) -> str:
         """A sha256 of exactly the settings that change the trained weights (seed, model, the
         data's row selection, sft, grpo): the training cache key, with the rows and the code."""
@@ -249,6 +354,7 @@ class TrainConfig(Section):
             "seed": self.seed,
             "data_seed": self.seed,
             "bf16": self.model.bf16,
+            "use_cpu": self.runtime.device == "cpu",
             "save_strategy": "steps",
             "report_to": "none",
             "disable_tqdm": True,  # the Prefect task streams lines; progress bars only add noise

@@ -7,6 +7,7 @@ scratch. Both halves are ordinary Hugging Face objects: `save_pretrained` writes
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from transformers import set_seed as set_transformers_seed
 
 from toolgrpo.training.config import LoraSection, ModelSection
 
+logger = logging.getLogger(__name__)
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 PAD = "<|pad|>"
@@ -46,6 +48,12 @@ _PRE_TOKENIZER_PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 MAX_POSITIONS = 1024
+# An assistant message rendered with the chat template ends with this text, then the end of turn.
+_TURN_PROBE = "turn-end-probe"
+
+
+class BaseModelError(ValueError):
+    """A base model whose tokenizer cannot hold the chat format; the message says what to do."""
 
 
 def train_tokenizer(
@@ -113,17 +121,53 @@ def build_tiny(
     return tokenizer, model
 
 
+def end_of_turn_token(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """The special token the chat template closes an assistant turn with (`<|im_end|>` in
+    ChatML), or None when the turn ends in plain text or nothing."""
+    messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _TURN_PROBE}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    ids = tokenizer(text.rpartition(_TURN_PROBE)[2], add_special_tokens=False)["input_ids"]
+    special = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+    return tokenizer.convert_ids_to_tokens(ids[0]) if ids and ids[0] in special else None
+
+
+def fit_chat_tokenizer(tokenizer: PreTrainedTokenizerBase, source: Path | str) -> list[str]:
+    """Make `tokenizer` end and pad a chat the way both stages and evaluation read it; returns
+    what was changed, or raises `BaseModelError` when no change can make it fit.
+
+    Without a chat template there is no prompt format to train: stop. Without a pad token,
+    padding is eos (attention masks keep it out of attention and loss). When eos is not the
+    template's end of turn (a base checkpoint's `<|endoftext|>` under ChatML), eos becomes the
+    end of turn: SFT appends eos to every answer, and generation stops at it.
+    """
+    if not tokenizer.chat_template:
+        raise BaseModelError(
+            f"{source}: the tokenizer has no chat template; toolgrpo prompts in chat form. Use a "
+            "chat/instruct checkpoint, or set `tokenizer.chat_template` (ChatML for example) "
+            "and `save_pretrained` the tokenizer into the model directory"
+        )
+    changes = []
+    end_of_turn = end_of_turn_token(tokenizer)
+    if end_of_turn is not None and end_of_turn != tokenizer.eos_token:
+        changes.append(f"eos {tokenizer.eos_token!r} → {end_of_turn!r} (the chat's end of turn)")
+        tokenizer.eos_token = end_of_turn
+    if tokenizer.pad_token is None:
+        changes.append(f"no pad token: padding with eos {tokenizer.eos_token!r}")
+        tokenizer.pad_token = tokenizer.eos_token
+    return changes
+
+
 def load_model(
     path: Path | str, settings: ModelSection
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """The tokenizer and causal LM at `path` (a local directory or a hub id), in the configured
-    precision, with the tokenizer's eos also ending generation."""
+    precision, with the chat's end of turn as eos, also ending generation (`fit_chat_tokenizer`)."""
     tokenizer = AutoTokenizer.from_pretrained(path)
+    for change in fit_chat_tokenizer(tokenizer, path):
+        logger.info("%s: tokenizer: %s", path, change)
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch.bfloat16 if settings.bf16 else torch.float32
     )
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return tokenizer, model

@@ -6,6 +6,12 @@ with reward `max_reward` to the group's mean and std: a homogeneous group below 
 gets −1/√(G+1) for every completion, a group all at the maximum stays at 0. Scope `zero_std` (the
 case study) calibrates only zero-std groups; `all` (the NGRPO paper) every group; `none` is GRPO.
 Asymmetric clipping is TRL's own `epsilon` / `epsilon_high` (the NGRPO reference: 0.16 / 0.24).
+
+What "zero std" means is a setting (`ngrpo_zero_std_on`): `total` — the summed reward, as the
+case study; `tool` — the tool component alone, so a group whose completions all earned the same
+tool score (all right, or all the same kind of wrong) is calibrated even when their params and
+reasoning scores differ. With the total reward almost no group of a tiny model is zero-std (the
+other components always vary), which leaves the calibration idle.
 """
 
 from __future__ import annotations
@@ -18,10 +24,16 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd
 
+from toolgrpo.training.rewards import tool_reward
+
 logger = logging.getLogger(__name__)
 
 Scope = Literal["none", "zero_std", "all"]
 SCOPES: tuple[str, ...] = get_args(Scope)
+ZeroStdOn = Literal["total", "tool"]
+ZERO_STD_ON: tuple[str, ...] = get_args(ZeroStdOn)
+# The reward function whose scores `ngrpo_zero_std_on="tool"` reads, by TRL's name for it.
+TOOL_COMPONENT = tool_reward.__name__
 
 
 def _check_scope(scope: str) -> None:
@@ -60,12 +72,15 @@ def ngrpo_advantages(
     max_reward: float = 1.0,
     scope: Scope = "zero_std",
     eps: float = 1e-4,
+    zero_std: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-completion advantages, `(r − mean) / (std + eps)` per group of `num_generations`.
 
     Calibrated groups (all of them for `all`, zero-std ones for `zero_std`, none for `none`) count
     one virtual sample of reward `max_reward` in their mean and std; it gets no advantage itself.
-    NaN rewards (unscorable completions) are left out of the statistics and get advantage 0.
+    `zero_std` (one bool per group) says which groups count as zero-std when it is not the
+    rewards' own std (e.g. `zero_std_groups` of the tool component). NaN rewards (unscorable
+    completions) are left out of the statistics and get advantage 0.
     """
     _check_scope(scope)
     grouped = _grouped(rewards, num_generations)
@@ -74,7 +89,7 @@ def ngrpo_advantages(
     if scope != "none":
         calibrate = torch.ones_like(mean, dtype=torch.bool)
         if scope == "zero_std":
-            calibrate = torch.isclose(std, torch.zeros_like(std))
+            calibrate = torch.isclose(std, torch.zeros_like(std)) if zero_std is None else zero_std
         with_virtual = torch.cat([grouped, torch.full_like(grouped[:, :1], max_reward)], dim=1)
         mean = torch.where(calibrate, torch.nanmean(with_virtual, dim=1), mean)
         std = torch.where(calibrate, nanstd(with_virtual, dim=1), std)
@@ -98,9 +113,21 @@ class NGRPOConfig(GRPOConfig):
         default=1.0,
         metadata={"help": "Reward of the virtual sample: the reward function's maximum."},
     )
+    ngrpo_zero_std_on: str = field(
+        default="total",
+        metadata={
+            "help": "What a zero-std group has equal: 'total' reward (the case study) or the "
+            "'tool' component's score.",
+            "choices": list(ZERO_STD_ON),
+        },
+    )
 
     def __post_init__(self) -> None:
         _check_scope(self.ngrpo_scope)
+        if self.ngrpo_zero_std_on not in ZERO_STD_ON:
+            raise ValueError(
+                f"ngrpo_zero_std_on must be one of {ZERO_STD_ON}, got {self.ngrpo_zero_std_on!r}"
+            )
         super().__post_init__()  # normalises scale_rewards=True/False to "group"/"none"
         per_group = self.scale_rewards == "group"
         summed = self.multi_objective_aggregation == "sum_then_normalize"
@@ -115,6 +142,7 @@ class NGRPOConfig(GRPOConfig):
 @dataclass
 class _GroupCounts:
     zero_std: int = 0
+    zero_std_tool: int = 0
     calibrated: int = 0
     total: int = 0
 
@@ -127,6 +155,7 @@ class _GroupCounts:
             return cls()
         return cls(
             zero_std=int(last[f"{prefix}ngrpo/zero_std_groups_cumulative"]),
+            zero_std_tool=int(last.get(f"{prefix}ngrpo/zero_std_tool_groups_cumulative", 0)),
             calibrated=int(last[f"{prefix}ngrpo/calibrated_groups_cumulative"]),
             total=int(last[key]),
         )
@@ -173,12 +202,17 @@ class NGRPOTrainer(GRPOTrainer):
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         rewards = rewards.cpu()
 
+        tool_zero_std = self._tool_zero_std(rewards_per_func, num_generations)
         grpo = ngrpo_advantages(rewards, num_generations, scope="none")
         advantages = ngrpo_advantages(
-            rewards, num_generations, self.args.ngrpo_max_reward, self.args.ngrpo_scope
+            rewards,
+            num_generations,
+            self.args.ngrpo_max_reward,
+            self.args.ngrpo_scope,
+            zero_std=tool_zero_std if self.args.ngrpo_zero_std_on == "tool" else None,
         )
         changed = ~torch.isclose(grpo, advantages, atol=1e-6).view(-1, num_generations).all(dim=1)
-        self._record_groups(mode, zero_std_groups(rewards, num_generations), changed)
+        self._record_groups(mode, zero_std_groups(rewards, num_generations), tool_zero_std, changed)
 
         if self.args.ngrpo_scope != "none":
             local_size = output["advantages"].size(0)
@@ -192,31 +226,55 @@ class NGRPOTrainer(GRPOTrainer):
             logged.extend(advantages.tolist())
         return output
 
-    def _record_groups(self, mode: str, zero_std: torch.Tensor, changed: torch.Tensor) -> None:
-        """Per-step and cumulative group counts into TRL's metrics, and the case study's line."""
+    def _tool_zero_std(
+        self, rewards_per_func: torch.Tensor, num_generations: int
+    ) -> torch.Tensor | None:
+        """Per group: did every completion earn the same tool score? None without that reward."""
+        if TOOL_COMPONENT not in self.reward_func_names:
+            return None
+        tool = rewards_per_func[:, self.reward_func_names.index(TOOL_COMPONENT)].cpu()
+        return zero_std_groups(tool, num_generations)
+
+    def _record_groups(
+        self,
+        mode: str,
+        zero_std: torch.Tensor,
+        zero_std_tool: torch.Tensor | None,
+        changed: torch.Tensor,
+    ) -> None:
+        """Per-step and cumulative group counts into TRL's metrics, and the case study's line.
+
+        Both definitions of zero std are counted, whichever one the calibration uses."""
         if mode not in self._group_counts:
             prefix = "eval_" if mode == "eval" else ""
             self._group_counts[mode] = _GroupCounts.from_log_history(self.state.log_history, prefix)
         counts = self._group_counts[mode]
         counts.zero_std += int(zero_std.sum())
+        tool_count = int(zero_std_tool.sum()) if zero_std_tool is not None else 0
+        counts.zero_std_tool += tool_count
         counts.calibrated += int(changed.sum())
         counts.total += zero_std.numel()
         metrics = self._metrics[mode]
         metrics["ngrpo/zero_std_groups"].append(float(zero_std.sum()))
+        metrics["ngrpo/zero_std_tool_groups"].append(float(tool_count))
         metrics["ngrpo/calibrated_groups"].append(float(changed.sum()))
         metrics["ngrpo/total_groups"].append(float(zero_std.numel()))
         metrics["ngrpo/calibrated_frac"].append(float(changed.float().mean()))
         # Cumulative values replace rather than append: TRL averages each list when it logs.
         metrics["ngrpo/zero_std_groups_cumulative"] = [float(counts.zero_std)]
+        metrics["ngrpo/zero_std_tool_groups_cumulative"] = [float(counts.zero_std_tool)]
         metrics["ngrpo/calibrated_groups_cumulative"] = [float(counts.calibrated)]
         metrics["ngrpo/total_groups_cumulative"] = [float(counts.total)]
         metrics["ngrpo/zero_std_frac_cumulative"] = [counts.zero_std / counts.total]
         if self.accelerator.is_main_process:
             logger.info(
-                "Zero std: %d/%d (%.1f%%); calibration changed %d/%d groups this step (%s)",
+                "Zero std: %d/%d (%.1f%%), on the tool score %d/%d; calibration changed %d/%d "
+                "groups this step (%s)",
                 counts.zero_std,
                 counts.total,
                 100 * counts.zero_std / counts.total,
+                counts.zero_std_tool,
+                counts.total,
                 int(changed.sum()),
                 changed.numel(),
                 mode,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
+from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.completion import completion_text, first_json_object
 
 # case study: LOGIC_KEYWORDS. English matched case-insensitively as whole words, Chinese anywhere.
@@ -103,11 +103,6 @@ class RewardBreakdown(NamedTuple):
         return round(self.tool + self.params + self.reasoning, 6)
 
 
-@cache
-def _catalogue() -> Catalogue:
-    return load_catalogue()
-
-
 class _KeywordScanner(NamedTuple):
     pattern: re.Pattern[str]
     tools_by_keyword: dict[str, set[str]]
@@ -122,10 +117,9 @@ def _keyword_scanner() -> _KeywordScanner:
     """
     tools_by_keyword: dict[str, set[str]] = {phrase: set() for phrase in _NOT_A_TOOL}
     english: set[str] = set(_NOT_A_TOOL)
-    for tool in _catalogue().tools:
+    for tool in default_catalogue().tools:
         for language in ("en", "zh"):
-            words = getattr(tool.keywords, language)
-            for word in [words] if isinstance(words, str) else words:
+            for word in tool.keywords.texts(language):
                 tools_by_keyword.setdefault(word.lower(), set()).add(tool.name)
                 if language == "en":
                     english.add(word.lower())
@@ -138,7 +132,7 @@ def _keyword_scanner() -> _KeywordScanner:
 
 @cache
 def _tool_names() -> frozenset[str]:
-    return frozenset(_catalogue().names)
+    return frozenset(default_catalogue().names)
 
 
 def _action_tool(answer: object) -> str | None:
@@ -163,7 +157,7 @@ def score_completion(
     parsed = first_json_object(completion_text(completion))
     if parsed is None:
         return RewardBreakdown(0.0, 0.0, 0.0)
-    catalogue = _catalogue()
+    catalogue = default_catalogue()
     action = parsed.get("action")
     action = action if isinstance(action, dict) else {}
     tool = action.get("tool")
@@ -250,6 +244,19 @@ def _log_consistency(completions: Sequence[object], kwargs: dict[str, Any]) -> N
         log_metric("thought_action_consistent", consistent / len(completions))
 
 
+def _log_tool_accuracy(
+    completions: Sequence[object], solution: Sequence[object], kwargs: dict[str, Any]
+) -> None:
+    """Log the share of completions naming the labelled tool through TRL's `log_metric`."""
+    log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
+    if log_metric is not None and completions:
+        right = sum(
+            expected is not None and _action_tool(first_json_object(completion_text(c))) == expected
+            for c, expected in zip(completions, map(_expected_tool, solution), strict=True)
+        )
+        log_metric("tool_accuracy", right / len(completions))
+
+
 def _breakdowns(
     completions: Sequence[object], solution: Sequence[object], weights: RewardWeights
 ) -> list[RewardBreakdown]:
@@ -278,8 +285,11 @@ def tool_reward(
     weights: RewardWeights = DEFAULT_WEIGHTS,
     **kwargs: Any,
 ) -> list[float]:
-    """The tool component: labelled tool, another catalogue tool, or nothing."""
-    return [b.tool for b in _breakdowns(completions, solution, weights)]
+    """The tool component: labelled tool, another catalogue tool, or nothing; also logs the share
+    of completions with the labelled tool (the progress line's tool accuracy)."""
+    points = [b.tool for b in _breakdowns(completions, solution, weights)]
+    _log_tool_accuracy(completions, solution, kwargs)
+    return points
 
 
 def params_reward(

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from toolgrpo.schemas.samples import is_condition_fails
 from toolgrpo.training.chat import SYSTEM_PROMPT
 from toolgrpo.training.config import TrainConfig
 
@@ -38,18 +39,16 @@ def read_samples(path: Path) -> list[Row]:
     return rows
 
 
-def is_condition_fails(row: Row) -> bool:
-    """A multi-step row whose label is to reply instead of acting: the condition did not hold."""
-    return row.get("kind") == "multi" and row.get("tool") == "respond"
-
-
 def _subset(rows: list[Row], config: TrainConfig) -> list[Row]:
     """At most `data.max_train_rows` rows (seeded draw, smoke runs), the condition-fails branch
     repeated `data.condition_fails_repeat` times."""
     data = config.data
     if data.max_train_rows is not None and len(rows) > data.max_train_rows:
         rows = random.Random(config.seed).sample(rows, data.max_train_rows)
-    repeats = [data.condition_fails_repeat if is_condition_fails(row) else 1 for row in rows]
+    repeats = [
+        data.condition_fails_repeat if is_condition_fails(row["kind"], row["tool"]) else 1
+        for row in rows
+    ]
     return [row for row, times in zip(rows, repeats, strict=True) for _ in range(times)]
 
 

@@ -24,18 +24,22 @@ def sft_config(config: TrainConfig, stage_dir: Path) -> SFTConfig:
 
 
 def initial_model(
-    config: TrainConfig, stage_dir: Path
+    config: TrainConfig, stage_dir: Path, args: SFTConfig
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """The model SFT starts from: the configured base model, or a tiny one built on the training
-    text and kept in `<stage_dir>/init` so that a resumed run uses the very same tokenizer."""
+    text and kept in `<stage_dir>/init` so that a resumed run uses the very same tokenizer (built
+    by the main process; the others wait, then load it)."""
     if config.model.base_model is not None:
         return load_model(config.model.base_model, config.model)
     init_dir = stage_dir / "init"
-    if not (init_dir / "config.json").is_file():
-        tokenizer, model = build_tiny(
-            tokenizer_corpus(grpo_rows(config)), **config.model.tiny.model_dump(), seed=config.seed
-        )
-        save_model(model, tokenizer, init_dir)
+    with args.main_process_first(desc="build the tiny model"):
+        if not (init_dir / "config.json").is_file():
+            tokenizer, model = build_tiny(
+                tokenizer_corpus(grpo_rows(config)),
+                **config.model.tiny.model_dump(),
+                seed=config.seed,
+            )
+            save_model(model, tokenizer, init_dir)
     return load_model(init_dir, config.model)
 
 
@@ -43,7 +47,8 @@ def run_sft(run_dir: Path, config: TrainConfig) -> Path:
     """Train the warm start in `<run_dir>/sft` (resuming from its last checkpoint) and return the
     saved model directory `<run_dir>/sft/model`."""
     stage_dir = run_dir / STAGE
-    tokenizer, model = initial_model(config, stage_dir)
+    args = sft_config(config, stage_dir)
+    tokenizer, model = initial_model(config, stage_dir, args)
     dataset = Dataset.from_list(
         [
             {"prompt": chat_prompt(tokenizer, row["prompt"]), "completion": row["solution"]}
@@ -52,7 +57,7 @@ def run_sft(run_dir: Path, config: TrainConfig) -> Path:
     )
     trainer = SFTTrainer(
         model=model,
-        args=sft_config(config, stage_dir),
+        args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(config.model.lora),

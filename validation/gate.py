@@ -1,35 +1,50 @@
-"""The gate's checks: every loaded row against the row contract, label conflicts, row counts.
+"""The gate's checks: every loaded row against the row contract, label conflicts, leakage between
+training and evaluation files, row counts.
 
 Failures (rows or files that break a rule) fail the gate. Label conflicts (identical normalised
 prompts with different tools) and labels their context contradicts (`validation.context`) are
 warnings, not failures: deciding which label is right is an annotator's call, and the rows are
-each valid on their own.
+each valid on their own. Leakage (an evaluation row whose
+scenario or prompt is also in a training file) fails the gate when the files' roles are known;
+without them, rows shared by two files are only a warning.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Collection
 from functools import cache
 
 import pandera.errors
 import polars as pl
 
 from toolgrpo.schemas.data_quality import ConflictRow, DataReport, LabelConflict
-from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.samples import (
     FAILURE_DETAILS,
+    MAX_PROMPT_CHARS,
     ParsedSample,
     check_names,
     check_rule,
     normalised_prompt,
     parse_solution,
+    shown_column,
 )
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.loader import LoadedSamples
 
-COUNT_DIMENSIONS = ("file", "kind", "lang", "tool", "step")
+COUNT_DIMENSIONS = ("kind", "lang", "tool", "step")  # of readable rows; files count every row
 # Not a row rule of `Sample`: the whole table failed a structural check (should not happen for
 # frames built by the loader, but a report beats a traceback).
 TABLE = "(table)"
+NO_LEAKAGE = "eval_not_in_training"
+CROSS_FILE_RULES = {
+    NO_LEAKAGE: "An evaluation row shares no scenario_id and no normalised prompt with a "
+    "training row (split by scenario).",
+}
+# What two files can share that leaks an answer from training into evaluation.
+LEAKAGE_KEYS = {"scenario_id": pl.col("scenario_id"), "normalised prompt": normalised_prompt()}
+MAX_SHARED_EXAMPLES = 3
 
 
 class DataGateFailed(RuntimeError):
@@ -57,7 +72,9 @@ def schema_failures(frame: pl.DataFrame) -> list[Problem]:
     else:
         return []
     problems = [
-        Problem(file=TABLE, line=None, check=str(case["check"]), message=str(case["failure_case"]))
+        Problem(
+            file=TABLE, line=None, check=str(case["check"]), message=shown(case["failure_case"])
+        )
         for case in cases.filter(pl.col("index").is_null()).iter_rows(named=True)
     ]
     located = cases.filter(pl.col("index").is_not_null()).select("check", "index")
@@ -65,7 +82,8 @@ def schema_failures(frame: pl.DataFrame) -> list[Problem]:
     for (check,), failing in located.group_by("check", maintain_order=True):
         rows = indexed.join(failing.select(pl.col("index").cast(pl.UInt32)), on="index")
         detail = FAILURE_DETAILS.get(check, pl.lit(check_rule(check)))
-        for row in rows.select("file", "line", "id", detail.alias("detail")).iter_rows(named=True):
+        details = rows.select("file", "line", shown_column("id"), detail.alias("detail"))
+        for row in details.iter_rows(named=True):
             message = row["detail"] or check_rule(check)
             problems.append(
                 Problem(
@@ -84,9 +102,13 @@ def find_label_conflicts(frame: pl.DataFrame) -> list[LabelConflict]:
     )
     return [
         LabelConflict(
-            prompt=prompt,
+            prompt=shown(prompt, limit=MAX_PROMPT_CHARS),
             rows=[
-                ConflictRow(id=row["id"], location=f"{row['file']}:{row['line']}", tool=row["tool"])
+                ConflictRow(
+                    id=shown(row["id"]),
+                    location=f"{row['file']}:{row['line']}",
+                    tool=shown(row["tool"]),
+                )
                 for row in rows.iter_rows(named=True)
             ],
         )
@@ -94,13 +116,78 @@ def find_label_conflicts(frame: pl.DataFrame) -> list[LabelConflict]:
     ]
 
 
+def leaked_eval_rows(
+    frame: pl.DataFrame, train_files: Collection[str], eval_files: Collection[str]
+) -> list[Problem]:
+    """One problem per row of `eval_files` whose scenario_id (else normalised prompt) is also in a
+    row of `train_files`, naming the first such training row."""
+    is_train = pl.col("file").is_in(list(train_files))
+    is_eval = pl.col("file").is_in(list(eval_files))
+    problems: dict[tuple[str, int], Problem] = {}
+    for name, key in LEAKAGE_KEYS.items():
+        keyed = frame.with_columns(key=key)
+        first_train = (
+            keyed.filter(is_train)
+            .sort("file", "line")
+            .group_by("key", maintain_order=True)
+            .first()
+            .select("key", train_row=pl.format("{}:{}", "file", "line"))
+        )
+        leaked = keyed.filter(is_eval).join(first_train, on="key").sort("file", "line")
+        for row in leaked.iter_rows(named=True):
+            shared = f'scenario_id "{row["key"]}"' if name == "scenario_id" else "its prompt"
+            problems.setdefault(
+                (row["file"], row["line"]),
+                Problem(
+                    file=row["file"],
+                    line=row["line"],
+                    check=NO_LEAKAGE,
+                    message=f"{shared} is also in training row {row['train_row']}",
+                    id=row["id"],
+                ),
+            )
+    return list(problems.values())
+
+
+def shared_between_files(frame: pl.DataFrame, pairs: list[tuple[str, str]]) -> list[str]:
+    """A warning for each pair of files sharing scenario_ids or normalised prompts: leakage if one
+    file trains and the other evaluates, which the gate can only tell when given the roles."""
+    warnings = []
+    for name, key in LEAKAGE_KEYS.items():
+        keys = frame.select("file", key.alias("key")).group_by("file").agg(pl.col("key").unique())
+        by_file = {file: set(values) for file, values in keys.iter_rows()}
+        for first, second in pairs:
+            shared = sorted(by_file.get(first, set()) & by_file.get(second, set()))
+            if shared:
+                examples = ", ".join(repr(k[:60]) for k in shared[:MAX_SHARED_EXAMPLES])
+                warnings.append(
+                    f"{first} and {second} share {len(shared)} {name}(s) ({examples}): "
+                    "leakage if one trains and the other evaluates; give the files as "
+                    "--train/--eval to check"
+                )
+    return warnings
+
+
+def invalid_rows_by_file(failures: list[Problem], files: Collection[str]) -> Counter[str]:
+    """How many distinct lines of each of `files` failed some check (file-wide problems and the
+    overrides file's own lines are not rows of `files`)."""
+    lines = {(p.file, p.line) for p in failures if p.file in files and p.line is not None}
+    return Counter(file for file, _ in lines)
+
+
 @cache
 def _check_positions() -> dict[str, int]:
-    return {name: position for position, name in enumerate(check_names())}
+    return {name: position for position, name in enumerate([*check_names(), *CROSS_FILE_RULES])}
 
 
-def validate_samples(loaded: LoadedSamples) -> DataReport:
-    """Check every loaded row against the contract (all failures collected) and find conflicts."""
+def validate_samples(
+    loaded: LoadedSamples,
+    train_files: Collection[str] | None = None,
+    eval_files: Collection[str] | None = None,
+) -> DataReport:
+    """Check every loaded row against the contract (all failures collected), find label
+    conflicts, and look for leakage: a failure on the `eval_files` rows found in `train_files`,
+    a warning for rows shared by files whose roles are not given."""
     file_positions = {file: position for position, file in enumerate(loaded.files)}
 
     def report_order(problem: Problem) -> tuple[int, str, int, int]:
@@ -109,32 +196,43 @@ def validate_samples(loaded: LoadedSamples) -> DataReport:
         check = _check_positions().get(problem.check, -1)  # loader checks first
         return file, problem.file, problem.line or 0, check
 
-    failures = sorted([*loaded.problems, *schema_failures(loaded.frame)], key=report_order)
-    invalid = len({(p.file, p.line) for p in failures if p.file in file_positions and p.line})
+    frame = loaded.frame
+    train, evaluation = set(train_files or ()), set(eval_files or ())
+    leaks = leaked_eval_rows(frame, train, evaluation)
+    failures = sorted([*loaded.problems, *schema_failures(frame), *leaks], key=report_order)
+    files = list(dict.fromkeys(loaded.files))
+    known = train | evaluation
+    pairs = [
+        (first, second)
+        for i, first in enumerate(files)
+        for second in files[i + 1 :]
+        if first not in known or second not in known
+    ]
+    invalid = sum(invalid_rows_by_file(failures, file_positions).values())
     return DataReport(
         files=loaded.files,
         rows=loaded.rows_read,
         valid_rows=loaded.rows_read - invalid,
         invalid_rows=invalid,
         failures=failures,
-        conflicts=find_label_conflicts(loaded.frame),
+        conflicts=find_label_conflicts(frame),
         overrides=loaded.overrides,
-        warnings=[*loaded.warnings, *context_warnings(loaded)],
+        warnings=[*loaded.warnings, *shared_between_files(frame, pairs), *context_warnings(frame)],
     )
 
 
-def context_warnings(loaded: LoadedSamples) -> list[str]:
+def context_warnings(frame: pl.DataFrame) -> list[str]:
     """One `file:line: id: evidence [check: rule]` line per label its context contradicts."""
-    return [str(found.problem()) for found in label_inconsistencies(loaded.frame)]
+    return [str(found.problem()) for found in label_inconsistencies(frame)]
 
 
 def count_rows(loaded: LoadedSamples) -> dict[str, dict[str, int]]:
-    """Row counts by file, kind, lang, tool and step (of the rows that could be read)."""
-    frame = loaded.frame
-    return {
-        dimension: {
-            str(value): count
-            for value, count in frame.group_by(dimension).len().sort(dimension).iter_rows()
-        }
-        for dimension in COUNT_DIMENSIONS
-    }
+    """Rows by file (every row read, readable or not, so the files add up to the report's total),
+    then by kind, lang, tool and step (of the rows that could be read); each value as `shown`
+    (a 10 MB tool name is counted, not repeated)."""
+    counts: dict[str, dict[str, int]] = {"file": {shown(f): n for f, n in loaded.file_rows.items()}}
+    for dimension in COUNT_DIMENSIONS:
+        by_value = counts.setdefault(dimension, {})
+        for value, count in loaded.frame.group_by(dimension).len().sort(dimension).iter_rows():
+            by_value[shown(value)] = by_value.get(shown(value), 0) + count
+    return counts

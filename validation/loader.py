@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
-from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.samples import RECORD_SCHEMA, SampleRecord
 
 # The names of the checks that run while reading, as they appear in reports.
@@ -35,7 +35,7 @@ OVERRIDE_UNIQUE = "override_unique"
 OVERRIDE_APPLICABLE = "override_applicable"
 LOAD_CHECK_RULES = {
     FILE_EXISTS: "The file exists.",
-    FILE_READABLE: "The file can be read (a .parquet file is valid parquet).",
+    FILE_READABLE: "The file can be read (not a folder; a .parquet file is valid parquet).",
     FILE_NOT_EMPTY: "The file has at least one row.",
     VALID_UTF8: "Every line is UTF-8 text.",
     VALID_JSON: "Every line is valid JSON.",
@@ -65,6 +65,7 @@ class LoadedSamples:
     files: list[str]  # as given, in order
     frame: pl.DataFrame  # `file`, `line` and the contract's columns, in file order
     rows_read: int  # every non-blank line or parquet row, readable or not
+    file_rows: dict[str, int] = field(default_factory=dict)  # rows_read of each file
     problems: list[Problem] = field(default_factory=list)
     overrides: list[AppliedOverride] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -94,7 +95,7 @@ def _record_problems(file: str, line: int, error: ValidationError, row: Any) -> 
         shape = _describe(first["input"])
         message = f"line is {shape}, not a JSON object"
         return [Problem(file=file, line=line, check=JSON_OBJECT, message=message)]
-    row_id = row.get("id") if isinstance(row, dict) and isinstance(row.get("id"), str) else None
+    row_id = shown(row["id"]) if isinstance(row, dict) and isinstance(row.get("id"), str) else None
     missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing"]
     problems = []
     if missing:
@@ -105,7 +106,8 @@ def _record_problems(file: str, line: int, error: ValidationError, row: Any) -> 
     for e in errors:
         if e["type"] != "missing":
             name = ".".join(str(part) for part in e["loc"])
-            message = f"field {name} is {_describe(e['input'])} {e['input']!r}: {e['msg']}"
+            value = shown(repr(e["input"]))
+            message = f"field {name} is {_describe(e['input'])} {value}: {e['msg']}"
             problems.append(
                 Problem(file=file, line=line, check=FIELD_TYPES, message=message, id=row_id)
             )
@@ -151,6 +153,9 @@ def _read_file(path: Path) -> tuple[list[dict[str, Any]], int, list[Problem]]:
     file = str(path)
     if not path.exists():
         return [], 0, [Problem(file=file, line=None, check=FILE_EXISTS, message="no such file")]
+    if path.is_dir():
+        message = "is a folder, not a JSONL or parquet file: pass the files in it"
+        return [], 0, [Problem(file=file, line=None, check=FILE_READABLE, message=message)]
     reader = _read_parquet if path.suffix == ".parquet" else _read_jsonl
     records, problems, rows = [], [], 0
     try:
@@ -161,14 +166,14 @@ def _read_file(path: Path) -> tuple[list[dict[str, Any]], int, list[Problem]]:
             else:
                 problems.extend(record)
     except (OSError, pl.exceptions.PolarsError) as error:
-        message = f"cannot read: {type(error).__name__}: {error}"
+        message = f"cannot read: {type(error).__name__}: {shown(error)}"
         problems.append(Problem(file=file, line=None, check=FILE_READABLE, message=message))
     if rows == 0 and not problems:
         problems.append(Problem(file=file, line=None, check=FILE_NOT_EMPTY, message="no rows"))
     return records, rows, problems
 
 
-def _read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], list[Problem]]:
+def read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], list[Problem]]:
     """Overrides by row id with their line, and the problems of the overrides file itself."""
     file = str(path)
     if not path.exists():
@@ -187,7 +192,7 @@ def _read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], l
             continue
         if override.id in overrides:
             first = overrides[override.id][0]
-            message = f"id {override.id!r} is already overridden on line {first}"
+            message = f"id {shown(repr(override.id))} is already overridden on line {first}"
             problems.append(Problem(file=file, line=number, check=OVERRIDE_UNIQUE, message=message))
             continue
         overrides[override.id] = (number, override)
@@ -198,26 +203,33 @@ def _relabelled_solution(solution: str, override: LabelOverride) -> tuple[str | 
     """(new solution, None) or (None, why the override cannot be applied)."""
     if override.solution is not None:
         return override.solution, None
+    # The same advice for an overrides file and a review CSV, which names the field differently.
+    full_solution = (
+        f"give a full `solution` calling {shown(override.tool)} "
+        "(in a review CSV: `proposed_solution`)"
+    )
     try:
         parsed = json.loads(solution)
         params = parsed["action"]["params"]
         parsed["action"]["tool"] = override.tool
     except (ValueError, TypeError, KeyError):
-        return None, "the row's solution has no action to relabel; give a full `solution`"
+        return None, f"the row's solution has no action to relabel; {full_solution}"
     error = default_catalogue().params_error(override.tool, params)
     if error is not None:
         return (
             None,
-            f"the row's params do not fit {override.tool} ({error}); give a full `solution`",
+            f"the row's params do not fit {shown(override.tool)} ({error}); {full_solution}",
         )
     return json.dumps(parsed, ensure_ascii=False), None
 
 
-def _apply_overrides(
-    frame: pl.DataFrame, path: Path
+def apply_overrides(
+    frame: pl.DataFrame, overrides: dict[str, tuple[int, LabelOverride]], source: str
 ) -> tuple[pl.DataFrame, list[AppliedOverride], list[Problem], list[str]]:
-    """`frame` with the overrides in `path` applied to the rows with their ids."""
-    overrides, problems = _read_overrides(path)
+    """`frame` with `overrides` (by row id: the line of `source` it is on, and the override)
+    applied to the rows with their ids; the overrides applied, the problems of those that cannot
+    be, and warnings for those that match no row."""
+    problems = []
     matching = frame.filter(pl.col("id").is_in(list(overrides))).select(
         "id", "file", "line", "tool", "solution"
     )
@@ -228,29 +240,30 @@ def _apply_overrides(
         if error is not None:
             problems.append(
                 Problem(
-                    file=str(path),
+                    file=source,
                     line=number,
                     check=OVERRIDE_APPLICABLE,
                     message=error,
-                    id=row["id"],
+                    id=shown(row["id"]),
                 )
             )
             continue
         replacements.append({"id": row["id"], "tool": override.tool, "solution": solution})
         applied.append(
             AppliedOverride(
-                id=row["id"],
+                id=shown(row["id"]),
                 row=f"{row['file']}:{row['line']}",
-                override=f"{path}:{number}",
-                old_tool=row["tool"],
-                new_tool=override.tool,
-                reason=override.reason,
-                reviewer=override.reviewer,
+                override=f"{source}:{number}",
+                old_tool=shown(row["tool"]),
+                new_tool=shown(override.tool),
+                reason=shown(override.reason),
+                reviewer=shown(override.reviewer),
             )
         )
     unmatched = sorted(set(overrides) - set(matching["id"]))
     warnings = [
-        f"{path}:{overrides[i][0]}: override for id {i!r} matches no row" for i in unmatched
+        f"{source}:{overrides[i][0]}: override for id {shown(repr(i))} matches no row"
+        for i in unmatched
     ]
     if replacements:
         replacement = pl.DataFrame(
@@ -265,15 +278,24 @@ def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> Loaded
 
     `overrides` (JSONL of `LabelOverride`) relabels the rows with matching ids.
     """
-    records, rows_read, problems = [], 0, []
+    records, file_rows, problems = [], {}, []
     for path in paths:
-        file_records, file_rows, file_problems = _read_file(Path(path))
+        file_records, rows, file_problems = _read_file(Path(path))
         records.extend(file_records)
-        rows_read += file_rows
+        file_rows[str(path)] = file_rows.get(str(path), 0) + rows
         problems.extend(file_problems)
     frame = pl.DataFrame(records, schema={"file": pl.String, "line": pl.Int64, **RECORD_SCHEMA})
     applied, warnings = [], []
     if overrides is not None:
-        frame, applied, override_problems, warnings = _apply_overrides(frame, Path(overrides))
-        problems.extend(override_problems)
-    return LoadedSamples([str(p) for p in paths], frame, rows_read, problems, applied, warnings)
+        by_id, file_problems = read_overrides(Path(overrides))
+        frame, applied, override_problems, warnings = apply_overrides(frame, by_id, str(overrides))
+        problems.extend([*file_problems, *override_problems])
+    return LoadedSamples(
+        files=[str(p) for p in paths],
+        frame=frame,
+        rows_read=sum(file_rows.values()),
+        file_rows=file_rows,
+        problems=problems,
+        overrides=applied,
+        warnings=warnings,
+    )

@@ -1,6 +1,7 @@
 """The ablation: arm configs, checkpoint discovery, aggregation across seeds, the verdict, and a
 smoke-preset flow run end to end."""
 
+import importlib.util
 from functools import reduce
 from pathlib import Path
 
@@ -99,9 +100,18 @@ def test_arms_differ_from_their_start_only_in_estimator_steps_and_checkpoints():
     assert arm.runtime.save_total_limit >= 4  # checkpoints 10, 20, 30 all kept for evaluation
 
 
-def test_every_checkpoint_and_the_final_model_are_evaluated(tmp_path):
+def test_the_tool_score_arm_is_the_zero_std_scope_deciding_on_the_tool_component():
+    start = start_config("cpu", "default", seed=1, torch_threads=2, overrides={})
+    arm = arm_config(start, "zero_std_tool", steps=30, eval_every=10)
+    assert (arm.grpo.ngrpo_scope, arm.grpo.ngrpo_zero_std_on) == ("zero_std", "tool")
+    assert arm_config(start, "zero_std", 30, 10).grpo.ngrpo_zero_std_on == "total"
+
+
+def test_every_complete_checkpoint_and_the_final_model_are_evaluated(tmp_path):
     for name in ["checkpoint-5", "checkpoint-10", "checkpoint-12", "model", "checkpoint-x"]:
         (tmp_path / name).mkdir()
+        (tmp_path / name / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-7").mkdir()  # killed while saving: no trainer_state.json
     models = checkpoint_models(tmp_path, max_steps=12)
     assert models == {
         5: tmp_path / "checkpoint-5",
@@ -328,6 +338,51 @@ def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, 
     assert (run_dir / "single_only" / "seed-0" / "zero_std" / "eval" / "step-1").is_dir()
     assert "From the single-step-only SFT start (1 seed)" in report.verdict
     assert report.verdict in report.markdown_path.read_text()
+
+
+@pytest.mark.slow
+def test_smoke_ablation_runs_its_arms_on_a_dask_cluster(prefect_harness, tmp_path):
+    pytest.importorskip("prefect_dask", reason="prefect-dask is an optional extra")
+    import distributed
+
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, dashboard_address=None
+    ) as cluster:
+        params = parse_params(
+            preset="smoke",
+            seeds=1,
+            steps=2,
+            eval_every=2,
+            arms=["zero_std"],
+            starts=["single_only"],
+            dask=cluster.scheduler_address,
+            out=tmp_path,
+            overrides={"sft.num_train_epochs": 1, "runtime.eval_max_rows": 8},
+        )
+        report = run_ablation(params)
+        completed_on_dask = {
+            name: prefix.state_counts["memory"]
+            for name, prefix in cluster.scheduler.task_prefixes.items()
+        }
+
+    assert report.failed == []
+    summary = AblationSummary.model_validate_json(report.json_path.read_text())
+    assert [(run.arm, [s.step for s in run.curve]) for run in summary.runs] == [
+        ("zero_std", [0, 2])
+    ]
+    # One start and one arm, each computed to completion by a Dask worker.
+    assert completed_on_dask == {"train_start": 1, "train_arm": 1}
+
+
+def test_dask_without_prefect_dask_is_refused_before_training(monkeypatch):
+    find_spec = importlib.util.find_spec
+
+    def find_all_but_prefect_dask(name, *args):
+        return None if name == "prefect_dask" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_all_but_prefect_dask)
+    with pytest.raises(AblationError, match=r"pip install 'toolgrpo\[dask\]'"):
+        parse_params(dask="local")
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from trl import SFTConfig
 
+from toolgrpo.schemas.samples import is_condition_fails
 from toolgrpo.training.__main__ import main as training_main
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
@@ -21,6 +22,7 @@ from toolgrpo.training.config import (
     preset_names,
     read_config,
 )
+from toolgrpo.training.device import place
 from toolgrpo.training.grpo import grpo_config, reward_functions
 from toolgrpo.training.model import lora_config
 from toolgrpo.training.ngrpo import NGRPOConfig
@@ -28,7 +30,6 @@ from toolgrpo.training.rewards import COMPONENT_REWARDS
 from toolgrpo.training.samples import (
     SamplesError,
     grpo_rows,
-    is_condition_fails,
     read_samples,
     sft_rows,
 )
@@ -172,9 +173,10 @@ def test_gpu_preset_trains_lora_on_all_linear_layers_in_bf16(tmp_path):
     arguments = config.trainer_arguments(tmp_path)
     assert arguments["bf16"] and not arguments["use_cpu"]
     assert config.model.base_model == "Qwen/Qwen2.5-0.5B-Instruct"
-    # TRL refuses bf16 without an accelerator; the rest of the gpu settings build on a CPU.
-    on_cpu = config.with_overrides({"model.bf16": False, "runtime.use_cpu": True})
+    # TRL refuses bf16 without an accelerator: placed on a CPU, the gpu settings build there.
+    on_cpu = place(config, cuda=False).config
     grpo = grpo_config(on_cpu, tmp_path)
+    assert grpo.use_cpu and not grpo.bf16
     assert (grpo.num_generations, grpo.max_completion_length) == (8, 350)
     assert (grpo.epsilon, grpo.epsilon_high) == (0.16, 0.24)
     assert grpo.gradient_checkpointing
@@ -239,6 +241,6 @@ def test_condition_fails_rows_repeat_in_both_stages():
     plain = load_preset("cpu", {"sft.multistep_fraction": 1.0})
     weighted = load_preset("cpu", {"sft.multistep_fraction": 1.0, "data.condition_fails_repeat": 3})
     for rows in (sft_rows, grpo_rows):
-        respond = sum(map(is_condition_fails, rows(plain)))
+        respond = sum(is_condition_fails(row["kind"], row["tool"]) for row in rows(plain))
         assert respond > 0
         assert len(rows(weighted)) == len(rows(plain)) + 2 * respond

@@ -1,23 +1,34 @@
-"""The data-quality flow and `toolgrpo validate`: report files, Prefect artifacts, exit codes."""
+"""The data-quality flow and `toolgrpo validate`: report files, Prefect artifacts, exit codes, a
+red run with its problem lines in the log, counts that add up, escaped text, leakage."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import pickle
+import re
+from html import unescape
 from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter
+from prefect.logging.handlers import APILogHandler
 
+import toolgrpo.tasks.validate as validate_tasks
 from tests.code.test_load import GOOD, row_bytes, write_lines
 from toolgrpo.flows.cli import app, validate
 from toolgrpo.flows.data_quality import data_quality
 from toolgrpo.reporting.data_quality import render_markdown
+from toolgrpo.reporting.markdown import markdown_text
 from toolgrpo.tasks.load import load_samples
-from toolgrpo.tasks.validate import enforce_data_gate, validate_samples
-from toolgrpo.validation.gate import DataGateFailed
+from toolgrpo.tasks.runs import files_hash
+from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.validation.gate import DataGateFailed, count_rows
 
 
 async def artifact_keys() -> set[str]:
@@ -25,12 +36,14 @@ async def artifact_keys() -> set[str]:
         return {artifact.key for artifact in await client.read_artifacts()}
 
 
-def test_flow_writes_the_report_and_publishes_artifacts(prefect_harness, tmp_path):
+def test_flow_writes_the_report_publishes_artifacts_and_ends_failed(prefect_harness, tmp_path):
     data = write_lines(
         tmp_path / "rows.jsonl", GOOD, b"not json", row_bytes(lang="fr"), row_bytes(id="ok")
     )
-    report = data_quality(files=[data], out=tmp_path / "runs")
+    state = data_quality(files=[data], out=tmp_path / "runs", return_state=True)
 
+    assert state.is_failed() and state.message.startswith("data gate failed: 2 of 4 rows invalid")
+    report = state.result(raise_on_failure=False).report
     assert not report.ok
     assert (report.rows, report.valid_rows, report.invalid_rows) == (4, 2, 2)
     run_dir = Path(report.run_dir)
@@ -62,15 +75,13 @@ def test_markdown_report_states_the_rule_of_each_failing_check(tmp_path):
     assert '| lang_known | 1 | `lang` is "en" or "zh". |' in markdown
 
 
-def test_failed_gate_raises_with_the_report_attached(tmp_path):
-    report = validate_samples.fn(load_samples.fn([write_lines(tmp_path / "r.jsonl", b"{")]))
+def test_calling_a_failing_data_quality_flow_raises_with_the_report(prefect_harness, tmp_path):
+    data = write_lines(tmp_path / "r.jsonl", b"{")
     with pytest.raises(DataGateFailed, match="1 of 1 rows invalid") as failed:
-        enforce_data_gate.fn(report)
-    assert failed.value.report is report
-    # Prefect pickles a task's exception into its state
-    assert pickle.loads(pickle.dumps(failed.value)).report == report
-    passing = validate_samples.fn(load_samples.fn([write_lines(tmp_path / "ok.jsonl", GOOD)]))
-    assert enforce_data_gate.fn(passing) is passing
+        data_quality(files=[data], out=tmp_path / "runs")
+    assert failed.value.report.failures[0].line == 1
+    # Prefect pickles a state's exception
+    assert pickle.loads(pickle.dumps(failed.value)).report == failed.value.report
 
 
 def test_validate_exits_0_when_every_row_is_valid(prefect_harness, tmp_path, capsys):
@@ -107,3 +118,124 @@ def test_command_line_usage_errors_exit_2(arguments):
     with pytest.raises(SystemExit) as exit_:
         app(["validate", *arguments])
     assert exit_.value.code == 2
+
+
+def _flow_run_logs(flow_run_id) -> list[str]:
+    APILogHandler().flush()  # logs reach the API in batches
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id={"any_": [flow_run_id]}))
+    return [log.message for log in logs]
+
+
+def test_failed_run_logs_its_problem_lines_up_to_a_cap_then_a_count(
+    prefect_harness, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(validate_tasks, "MAX_LOGGED_PROBLEMS", 2)
+    data = write_lines(tmp_path / "rows.jsonl", GOOD, b"[1]", b"{", row_bytes(lang="fr"))
+    state = data_quality(files=[data], out=tmp_path / "runs", return_state=True)
+
+    logs = _flow_run_logs(state.state_details.flow_run_id)
+    assert f"{data}:2: line is an array, not a JSON object [check: json_object]" in logs
+    assert any(line.startswith(f"{data}:3: not JSON") for line in logs)
+    assert not any(line.startswith(f"{data}:4:") for line in logs)
+    assert any(line.startswith("... and 1 more problem(s): failures.csv in ") for line in logs)
+    assert state.is_failed()
+
+
+def test_passing_run_is_completed_named_and_tagged_by_its_data(prefect_harness, tmp_path):
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    state = data_quality(train_files=[data], out=tmp_path / "runs", return_state=True)
+
+    assert state.is_completed()
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(state.state_details.flow_run_id)
+    assert re.fullmatch(r"data-quality-1-files-\d{8}-\d{4}", flow_run.name)
+    assert f"data:{files_hash([data])[:12]}" in flow_run.tags
+
+
+def test_rows_by_file_add_up_to_the_total_with_unreadable_rows_counted(tmp_path):
+    first = write_lines(tmp_path / "a.jsonl", GOOD, b"not json")
+    second = write_lines(tmp_path / "b.jsonl", row_bytes(id="b1", lang="fr"), row_bytes(id="b2"))
+    loaded = load_samples.fn([first, second])
+    report = validate_samples.fn(loaded).model_copy(update={"counts": count_rows(loaded)})
+
+    markdown = render_markdown(report)
+    assert "2 of 4 rows valid, 2 invalid" in markdown
+    assert f"| {first} | 2 | 1 | 1 |" in markdown
+    assert f"| {second} | 2 | 1 | 1 |" in markdown
+    assert "## Rows by lang (3 readable rows)" in markdown
+
+
+@pytest.mark.parametrize("solution", ["not json", '["a list"]', '{"thought": "x"} trailing', ""])
+def test_a_solution_that_is_not_a_json_object_is_one_problem_line(tmp_path, solution):
+    data = write_lines(tmp_path / "rows.jsonl", row_bytes(solution=solution))
+    report = validate_samples.fn(load_samples.fn([data]))
+    assert [p.check for p in report.failures] == ["solution_is_json_object"]
+
+
+def test_a_message_quoting_markup_renders_as_written(tmp_path):
+    data = write_lines(tmp_path / "rows.jsonl", row_bytes(tool="`rm -rf` *now* <b>|x|</b>"))
+    report = validate_samples.fn(load_samples.fn([data]))
+    (problem,) = [p for p in report.failures if p.check == "tool_in_catalogue"]
+
+    html = MarkdownIt("commonmark").enable("table").render(render_markdown(report))
+    # Each problem line is one code span: shown as written, whatever markup it quotes.
+    assert str(problem) in [
+        unescape(item) for item in re.findall(r"<li><code>(.*?)</code></li>", html)
+    ]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=40))
+def test_escaped_text_renders_as_the_text_itself(text):
+    html = MarkdownIt("commonmark").enable("table").render(f"- {markdown_text(text)}")
+    shown = unescape(re.sub(r"</?(ul|li|p)>", "", html))
+    assert " ".join(shown.split()) == " ".join(text.split())
+
+
+def _train_and_eval(tmp_path: Path, eval_row: bytes) -> tuple[Path, Path]:
+    train = write_lines(tmp_path / "train.jsonl", GOOD)
+    return train, write_lines(tmp_path / "eval.jsonl", eval_row)
+
+
+def test_eval_row_sharing_a_training_scenario_fails_when_the_roles_are_known(tmp_path):
+    train, evaluation = _train_and_eval(tmp_path, row_bytes(id="e1"))  # same scenario and prompt
+    loaded = load_samples.fn([train, evaluation])
+    report = validate_samples.fn(loaded, [str(train)], [str(evaluation)])
+
+    assert [str(p) for p in report.failures] == [
+        f'{evaluation}:1: scenario_id "s" is also in training row {train}:1 '
+        "[check: eval_not_in_training]"
+    ]
+    assert (report.valid_rows, report.invalid_rows) == (1, 1)
+
+
+def test_eval_row_sharing_only_a_normalised_prompt_is_leakage_too(tmp_path):
+    prompt = "  WHAT is the balance   of ACC001? "
+    train, evaluation = _train_and_eval(tmp_path, row_bytes(scenario_id="other", prompt=prompt))
+    report = validate_samples.fn(
+        load_samples.fn([train, evaluation]), [str(train)], [str(evaluation)]
+    )
+    assert [p.message for p in report.failures] == [f"its prompt is also in training row {train}:1"]
+
+
+def test_rows_shared_by_files_of_unknown_role_are_only_a_warning(tmp_path):
+    train, evaluation = _train_and_eval(tmp_path, row_bytes(id="e1"))
+    report = validate_samples.fn(load_samples.fn([train, evaluation]))
+
+    assert report.ok
+    assert report.warnings == [
+        f"{train} and {evaluation} share 1 scenario_id(s) ('s'): leakage if one trains and the "
+        "other evaluates; give the files as --train/--eval to check",
+        f"{train} and {evaluation} share 1 normalised prompt(s) ('what is the balance of "
+        "acc001?'): leakage if one trains and the other evaluates; give the files as "
+        "--train/--eval to check",
+    ]
+
+
+def test_validate_with_roles_exits_1_on_leakage(prefect_harness, tmp_path, capsys):
+    train, evaluation = _train_and_eval(tmp_path, row_bytes(id="e1"))
+    assert validate(train=[train], eval_=[evaluation], out=tmp_path / "runs") == 1
+    assert "[check: eval_not_in_training]" in capsys.readouterr().out
+    assert validate(train, evaluation, out=tmp_path / "runs") == 0
+    assert "warning: " in capsys.readouterr().out

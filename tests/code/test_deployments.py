@@ -1,19 +1,37 @@
-"""The scheduled deployments: prefect.yaml and `toolgrpo serve` declare the same two, runnable."""
+"""The scheduled deployments: prefect.yaml and `toolgrpo serve` declare the same two, runnable,
+and the failure automation watches exactly those two; prefect.kubernetes.yaml runs the gpu
+preset on a Kubernetes work pool whose job template asks for a GPU."""
 
+import json
 from pathlib import Path
+from uuid import uuid4
 
+import prefect
 import yaml
 from prefect.flows import load_flow_from_entrypoint
+from prefect.utilities.templating import apply_values
 
-from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments
+from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments, failure_automation
+from toolgrpo.training.config import load_preset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+KUBERNETES_TEMPLATE = REPO_ROOT / "deploy" / "kubernetes-gpu-job-template.json"
+# The job templates Prefect ships for each worker type (what `prefect work-pool
+# get-default-base-job-template --type kubernetes` prints).
+PREFECT_TEMPLATES = (
+    Path(prefect.__file__).parent
+    / "server/api/collections_data/views/aggregate-worker-metadata.json"
+)
 
 
 def test_prefect_yaml_entrypoints_load_and_accept_their_parameters():
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
     names = {d["name"] for d in spec["deployments"]}
     assert names == {"nightly-retrain", "data-quality-hourly"}
+    _check_entrypoints_and_parameters(spec)
+
+
+def _check_entrypoints_and_parameters(spec: dict) -> None:
     for deployment in spec["deployments"]:
         entrypoint = str(REPO_ROOT / deployment["entrypoint"])
         flow = load_flow_from_entrypoint(entrypoint)
@@ -21,10 +39,66 @@ def test_prefect_yaml_entrypoints_load_and_accept_their_parameters():
         assert deployment["schedules"]
 
 
+def test_kubernetes_deployment_runs_the_gpu_preset_on_a_gpu_job():
+    spec = yaml.safe_load((REPO_ROOT / "prefect.kubernetes.yaml").read_text(encoding="utf-8"))
+    _check_entrypoints_and_parameters(spec)
+    (deployment,) = spec["deployments"]
+    params = deployment["parameters"]["params"]
+    assert load_preset(params["preset"], params["config"]).runtime.device == "cuda"
+
+    template = json.loads(KUBERNETES_TEMPLATE.read_text(encoding="utf-8"))
+    variables = template["variables"]["properties"]
+    job_variables = deployment["work_pool"]["job_variables"]
+    assert set(job_variables) <= set(variables)  # the worker would reject any other name
+    values = {name: variables[name].get("default") for name in variables} | job_variables
+    job = apply_values(template["job_configuration"], values)
+    pod = job["job_manifest"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["image"] == "{{ $TOOLGRPO_IMAGE }}"  # filled in by `prefect deploy`
+    assert pod["volumes"] == [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "toolgrpo-data"}}
+    ]
+    assert params["out"].startswith(container["volumeMounts"][0]["mountPath"])
+
+
+def test_kubernetes_template_is_prefects_default_plus_the_gpu_and_the_volume():
+    default = json.loads(PREFECT_TEMPLATES.read_text(encoding="utf-8"))["prefect-kubernetes"]
+    default = default["kubernetes"]["default_base_job_configuration"]
+    template = json.loads(KUBERNETES_TEMPLATE.read_text(encoding="utf-8"))
+    added = set(template["variables"]["properties"]) - set(default["variables"]["properties"])
+    assert added == {"gpu_limit", "data_claim"}
+    pod = template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    container["resources"]["limits"].pop("nvidia.com/gpu")
+    container.pop("volumeMounts")
+    pod.pop("volumes")
+    for name in added:
+        template["variables"]["properties"].pop(name)
+    assert template == default
+
+
 def test_served_deployments_carry_their_schedules():
     served = {d.name: d for d in deployments()}
     assert set(served) == {"nightly-retrain", "data-quality-hourly"}
     assert served["nightly-retrain"].schedules[0].schedule.cron == NIGHTLY_CRON
     assert served["data-quality-hourly"].schedules[0].schedule.interval.total_seconds() == 3600
-    files = served["data-quality-hourly"].parameters["files"]
-    assert any(f.endswith("multistep.jsonl") for f in files)
+    parameters = served["data-quality-hourly"].parameters
+    assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train"]
+    assert [Path(f).parent.name for f in parameters["eval_files"]] == ["eval"] * 3
+
+
+def test_failure_automation_notifies_on_failed_runs_of_both_deployments():
+    block_id = uuid4()
+    automation = failure_automation(block_id)
+    spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+
+    assert {"prefect.flow-run.Failed", "prefect.flow-run.Crashed"} <= automation.trigger.expect
+    related = automation.trigger.match_related
+    related = related[0] if isinstance(related, list) else related
+    assert related["prefect.resource.role"] == ["deployment"]
+    names = set(related["prefect.resource.name"])
+    assert names == {d["name"] for d in spec["deployments"]} == {d.name for d in deployments()}
+    (action,) = automation.actions
+    assert action.type == "send-notification" and action.block_document_id == block_id
+    assert "{{ flow_run|ui_url }}" in action.body

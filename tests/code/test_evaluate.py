@@ -10,6 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prediction_rows import CATALOGUE, prediction_row, predictions_frame
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter
+from prefect.logging.handlers import APILogHandler
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.decoding import (
@@ -190,9 +194,35 @@ def test_random_model_output_is_evaluated_without_crashing(random_model_dir):
     assert np.allclose(sums.to_numpy(), 1.0)
 
 
-def test_evaluate_task_writes_predictions_and_metrics(random_model_dir, tmp_path):
-    report = evaluate_model.fn(random_model_dir, _shipped_rows(2), tmp_path, QUICK)
+def test_evaluate_task_writes_predictions_and_metrics_and_shows_progress(
+    prefect_harness, random_model_dir, tmp_path
+):
+    @flow
+    def one_evaluation():
+        rows = _shipped_rows(2)
+        return evaluate_model(random_model_dir, rows, tmp_path, QUICK, label="evaluate sft · eval")
 
+    state = one_evaluation(return_state=True)
+    report = state.result()
+    APILogHandler().flush()  # logs reach the API in batches
+
+    with get_client(sync_client=True) as client:
+        this_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+        (task_run,) = client.read_task_runs(flow_run_filter=this_run)
+        (progress,) = client.read_artifacts(flow_run_filter=this_run)
+        logs = [
+            log.message for log in client.read_logs(LogFilter(task_run_id={"any_": [task_run.id]}))
+        ]
+    assert task_run.name == "evaluate sft · eval"
+    assert (progress.key, progress.type, progress.data) == (
+        "evaluate-sft-eval-progress",
+        "progress",
+        100.0,
+    )
+    assert any(
+        re.match(r"evaluate sft · eval row 6/6 · [\d.]+ s/row · ETA 0s$", line) for line in logs
+    )
+    assert any("| overall | 6 |" in line for line in logs)  # the accuracy table, with n
     assert pl.read_parquet(report.predictions_path).height == 6
     metrics = json.loads(report.metrics_path.read_text())
     assert metrics["n_rows"] == 6

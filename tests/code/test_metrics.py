@@ -135,7 +135,7 @@ def test_markdown_shows_headline_slices_and_confusion_tables(mixed_predictions):
     metrics = compute_metrics(mixed_predictions)
     markdown = metrics_markdown(metrics)
 
-    assert "| condition_fails | 0.0% |" in markdown
+    assert "| condition_fails | 1 | 0.0% |" in markdown  # n: the one conditional reply
     assert "| source | eval/unseen_phrasing | 1 |" in markdown
     assert "| label \\ predicted |" in markdown
     assert set(metrics_tables(metrics)) == {"accuracy", "slices", "confusion"}

@@ -14,11 +14,14 @@ from toolgrpo.training.ngrpo import NGRPOConfig, ngrpo_advantages, zero_std_grou
 LEVELS = [0.0, 0.1, 0.3, 0.45, 0.55, 0.8, 0.95, 1.0]
 
 
-def reference_advantages(rewards, num_generations, max_reward, scope, eps=1e-4):
-    """The three scopes written out group by group in NumPy (unbiased std, as TRL)."""
+def reference_advantages(rewards, num_generations, max_reward, scope, eps=1e-4, deciding=None):
+    """The three scopes written out group by group in NumPy (unbiased std, as TRL); `deciding`
+    (default: the rewards) are the scores whose equality makes a group zero-std."""
     out = []
-    for group in np.asarray(rewards, dtype=np.float64).reshape(-1, num_generations):
-        homogeneous = np.isclose(group.std(ddof=1), 0.0)
+    rewards = np.asarray(rewards, dtype=np.float64).reshape(-1, num_generations)
+    deciding = rewards if deciding is None else np.asarray(deciding).reshape(-1, num_generations)
+    for group, decider in zip(rewards, deciding, strict=True):
+        homogeneous = np.isclose(decider.std(ddof=1), 0.0)
         calibrate = scope == "all" or (scope == "zero_std" and homogeneous)
         stats = np.append(group, max_reward) if calibrate else group
         out.append((group - stats.mean()) / (stats.std(ddof=1) + eps))
@@ -126,3 +129,46 @@ def test_config_passes_asymmetric_clipping_to_trl(tmp_path):
         output_dir=str(tmp_path), epsilon=0.16, epsilon_high=0.24, use_cpu=True, bf16=False
     )
     assert (config.epsilon, config.epsilon_high, config.ngrpo_scope) == (0.16, 0.24, "zero_std")
+
+
+TOOL_LEVELS = [0.0, 0.1, 0.5]  # case study: right tool 0.5, valid but wrong 0.1, none 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_generations=st.integers(2, 8), data=st.data())
+def test_zero_std_on_the_tool_score_calibrates_groups_whose_tool_scores_are_equal(
+    num_generations, data
+):
+    num_groups = data.draw(st.integers(1, 6))
+    size = num_groups * num_generations
+    tool = data.draw(
+        st.one_of(
+            st.lists(st.sampled_from(TOOL_LEVELS), min_size=size, max_size=size),
+            st.sampled_from(TOOL_LEVELS).map(lambda r: [r] * size),
+        )
+    )
+    rest = data.draw(st.lists(st.sampled_from([0.0, 0.2, 0.35, 0.5]), min_size=size, max_size=size))
+    rewards = [t + r for t, r in zip(tool, rest, strict=True)]
+    expected = reference_advantages(rewards, num_generations, 1.0, "zero_std", deciding=tool)
+    mask = zero_std_groups(torch.tensor(tool), num_generations)
+    actual = ngrpo_advantages(
+        torch.tensor(rewards), num_generations, 1.0, "zero_std", zero_std=mask
+    )
+    np.testing.assert_allclose(actual.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_group_of_one_right_tool_with_varied_reasoning_is_calibrated_on_the_tool_score():
+    rewards = torch.tensor([0.8, 0.9, 0.7, 1.0])  # same tool, reasoning differs
+    tool_scores = torch.tensor([0.5, 0.5, 0.5, 0.5])
+    plain = ngrpo_advantages(rewards, 4, 1.0, "zero_std")
+    on_tool = ngrpo_advantages(
+        rewards, 4, 1.0, "zero_std", zero_std=zero_std_groups(tool_scores, 4)
+    )
+    assert torch.allclose(plain, ngrpo_advantages(rewards, 4, 1.0, "none"))  # not zero-std
+    assert not torch.allclose(on_tool, plain)  # the virtual 1.0 moves the group's mean up
+    assert bool((on_tool < plain).all())
+
+
+def test_unknown_zero_std_definition_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="ngrpo_zero_std_on"):
+        NGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, ngrpo_zero_std_on="x")

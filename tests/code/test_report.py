@@ -1,21 +1,45 @@
-"""The retrain flow's pieces that need no training: fingerprint, eval rows, report rendering."""
+"""The retrain flow's pieces that need no training: fingerprint, eval rows, report rendering, the
+headline and its goals, the smoke preset's note."""
+
+from pathlib import Path
 
 import polars as pl
+import pytest
 from matplotlib.figure import Figure
+from prediction_rows import prediction_row, predictions_frame
 
-from toolgrpo.evaluation.metrics import Headline
+from toolgrpo.evaluation.metrics import Headline, compute_metrics
 from toolgrpo.evaluation.predict import evaluation_rows
 from toolgrpo.flows.retrain import fingerprint, training_code
-from toolgrpo.reporting.run_report import before_after_rows, report_html
-from toolgrpo.schemas.run import ZeroStdGroups
+from toolgrpo.mining.report import mine_errors
+from toolgrpo.reporting.headline import headline_markdown
+from toolgrpo.reporting.run_report import before_after_rows, report_html, report_markdown
+from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.training.config import load_preset
 
 
-def _headline(value: float) -> Headline:
+def _headline(value: float, sources: tuple[str, ...] = ("eval/a", "eval/b")) -> Headline:
     return Headline(
         overall=value, single=value, multi=value, condition_fails=None, condition_holds=None,
-        scenario=value, by_step={1: value, 2: value}, by_source={"eval/a": value, "eval/b": value},
+        scenario=value, by_step={1: value, 2: value}, by_source=dict.fromkeys(sources, value),
+        n={"overall": 8, "single": 4, "multi": 4, "condition_fails": 0, "condition_holds": 0,
+           "scenario": 2, "step 1": 6, "step 2": 2, **dict.fromkeys(sources, 4)},
     )  # fmt: skip
+
+
+MULTI = {"n_steps": 2, "source": "eval/multistep"}
+
+
+@pytest.fixture
+def mixed_predictions():
+    return predictions_frame(
+        [
+            prediction_row("s1", "check_balance", source="eval/single_step"),
+            prediction_row("s2", "withdraw", "check_balance", source="eval/single_step"),
+            prediction_row("m1", "check_balance", kind="multi", step=1, scenario_id="m", **MULTI),
+            prediction_row("m2", "transfer_funds", kind="multi", step=2, scenario_id="m", **MULTI),
+        ]
+    )
 
 
 def test_zero_std_line_matches_the_case_study():
@@ -58,10 +82,10 @@ def test_evaluation_rows_cap_each_file():
 
 def test_before_after_rows_put_stages_side_by_side():
     rows = before_after_rows({"sft": _headline(0.5), "grpo": _headline(0.75)})
-    assert rows[0] == {"accuracy": "overall", "sft": "50.0%", "grpo": "75.0%"}
-    assert {"accuracy": "condition_fails", "sft": "–", "grpo": "–"} in rows
+    assert rows[0] == {"accuracy": "overall", "n": "8", "sft": "50.0%", "grpo": "75.0%"}
+    assert {"accuracy": "condition_fails", "n": "0", "sft": "–", "grpo": "–"} in rows
     assert [row["accuracy"] for row in rows[-3:]] == ["step 2", "eval/a", "eval/b"]
-    assert rows[-1] == {"accuracy": "eval/b", "sft": "50.0%", "grpo": "75.0%"}
+    assert rows[-1] == {"accuracy": "eval/b", "n": "4", "sft": "50.0%", "grpo": "75.0%"}
 
 
 def test_report_html_inlines_its_plots(tmp_path):
@@ -69,7 +93,62 @@ def test_report_html_inlines_its_plots(tmp_path):
     figure.subplots().plot([0, 1], [0, 1])
     (tmp_path / "plots").mkdir()
     figure.savefig(tmp_path / "plots" / "x.png")
-    html = report_html("# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![x](plots/x.png)", tmp_path)
+    markdown = "# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![x](plots/x.png)"
+    html = report_html(markdown, tmp_path, [tmp_path / "plots" / "x.png"])
     assert 'src="data:image/png;base64,' in html
     assert "<table>" in html
     assert "plots/x.png" not in html
+
+
+def _summary(preset: str, wall_s: float = 300.0) -> RunSummary:
+    sources = ("eval/multistep", "eval/single_step")
+    return RunSummary(
+        preset=preset,
+        run_dir=Path("/runs/r"),
+        data_hash="a" * 64,
+        config_hash="b" * 64,
+        rows={"data/eval/multistep.jsonl": 165},
+        retrained=True,
+        models={},
+        accuracy={"sft": _headline(0.5, sources), "grpo": _headline(0.85, sources)},
+        zero_std=ZeroStdGroups(zero=28, total=160, changed=1),
+        flagged_label_ambiguity=[],
+        flagged_label_conflict=[],
+        wall_s={"sft": wall_s},
+    )
+
+
+def test_headline_lists_each_eval_file_with_n_and_the_change():
+    markdown = headline_markdown(_summary("cpu"), "/artifacts/artifact/1234")
+    assert "| rows | n | sft | grpo | change |" in markdown
+    assert "| eval/multistep | 4 | 50.0% | 85.0% | +35.0 pts |" in markdown
+    assert "| overall | 8 | 50.0% | 85.0% | +35.0 pts |" in markdown
+    assert "`Zero std: 28/160 (17.5%)`" in markdown
+    assert "](/artifacts/artifact/1234)" in markdown
+
+
+def test_headline_says_which_goals_of_the_preset_were_met():
+    markdown = headline_markdown(_summary("cpu", wall_s=900), "/report")
+    assert markdown.startswith("## Retrain `cpu`: 1 of 4 goals met, trained on this run's data")
+    assert "- ✅ eval/multistep ≥ 80.0%: 85.0%" in markdown
+    assert "- – condition_fails ≥ 80.0%: not measured" in markdown
+    assert "- ❌ eval/single_step ≥ 95.0%: 85.0%" in markdown
+    assert "- ❌ wall time ≤ 10 min: 15.0 min" in markdown
+
+
+def test_smoke_reports_say_at_the_top_that_near_zero_accuracy_is_expected(mixed_predictions):
+    summary = _summary("smoke")
+    metrics = compute_metrics(mixed_predictions)
+    report = report_markdown(summary, metrics, mine_errors(mixed_predictions), {"plot": "p.png"})
+    title, note = report.split("\n\n")[:2]
+    assert title == "# toolgrpo retrain — preset `smoke`"
+    assert note.startswith("> **Smoke run: a plumbing check, not a measurement.**")
+    assert "Rows evaluated: eval/multistep 2, eval/single_step 2." in report
+    assert "| accuracy | n | sft | grpo |" in report
+    assert "![plot](p.png)" in report
+    headline = headline_markdown(summary, "/report")
+    assert headline.split("\n\n")[1].startswith("> **Smoke run")
+    assert "goals met" not in headline
+    assert "Smoke run" not in report_markdown(
+        _summary("cpu"), metrics, mine_errors(mixed_predictions), {}
+    )

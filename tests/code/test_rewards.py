@@ -210,6 +210,18 @@ def test_reward_logs_consistency_rate_through_trls_log_metric():
     assert logged == {"thought_action_consistent": 0.5}
 
 
+def test_tool_reward_logs_the_share_of_completions_with_the_labelled_tool():
+    logged = {}
+    texts = [
+        completion("先查余额。", "check_balance", BALANCE_PARAMS, ["a"]),
+        completion("先查余额。", "transfer_funds", TRANSFER_PARAMS, ["a"]),
+        "no JSON at all",
+        completion("先查余额。", "check_balance", BALANCE_PARAMS, ["a"]),
+    ]
+    tool_reward(texts, [BALANCE_SOLUTION] * 4, log_metric=logged.__setitem__)
+    assert logged == {"tool_accuracy": 0.5}
+
+
 @pytest.mark.parametrize(
     ("thought", "tool", "consistent"),
     [

@@ -16,6 +16,8 @@ from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.samples import (
     check_names,
     check_rule,
+    condition_branch,
+    is_condition_fails,
     normalise_prompt,
     normalised_prompt,
 )
@@ -156,6 +158,11 @@ VIOLATIONS = [
     Violation("prompt_not_empty", {**SINGLE, "id": "x", "prompt": " \n "}),
     Violation("prompt_within_length", {**SINGLE, "id": "x", "prompt": "a" * 4_001}),
     Violation(
+        "solution_within_length", {**SINGLE, "id": "x", "solution": solution(thought="a" * 4_000)}
+    ),
+    Violation("id_within_length", {**SINGLE, "id": "x" * 201}),
+    Violation("scenario_id_within_length", {**SINGLE, "id": "x", "scenario_id": "s" * 201}),
+    Violation(
         "previous_steps_match_step", {**MULTI_STEP_2, "prompt": "查一下 ACC001 余额，够的话转账"}
     ),
     Violation(
@@ -258,3 +265,17 @@ def test_every_check_states_its_rule_in_words():
 def test_one_prompt_normalises_as_the_column_rule_does(prompt):
     column = pl.DataFrame({"prompt": [prompt]}).select(normalised_prompt()).item()
     assert normalise_prompt(prompt) == column
+
+
+@pytest.mark.parametrize("kind", ["single", "multi"])
+@pytest.mark.parametrize("tool", ["respond", "transfer_funds"])
+@pytest.mark.parametrize("condition", [None, "holds", "fails"])
+def test_one_row_condition_rule_is_the_column_rule(kind, tool, condition):
+    frame = pl.DataFrame(
+        {"kind": [kind], "tool": [tool], "condition": [condition]},
+        schema={"kind": pl.String, "tool": pl.String, "condition": pl.String},
+    )
+    branch = frame.select(
+        condition_branch(pl.col("condition"), pl.col("kind"), pl.col("tool"))
+    ).item()
+    assert is_condition_fails(kind, tool, condition) == (branch == "condition_fails")

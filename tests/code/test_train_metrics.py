@@ -1,11 +1,19 @@
-"""`train_metrics.jsonl`: one line per logged step, zero-std counts that survive a resume."""
+"""`train_metrics.jsonl`: one line per logged step, zero-std counts that survive a resume, and a
+progress line a person can read every few steps."""
 
 import json
 import math
+import re
 
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from toolgrpo.training.metrics import MetricsFileCallback, read_metrics
+from toolgrpo.training.metrics import (
+    PROGRESS_LINES,
+    MetricsFileCallback,
+    duration,
+    progress_line,
+    read_metrics,
+)
 
 ARGS = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none")
 
@@ -69,3 +77,37 @@ def test_sft_lines_carry_no_group_counts(tmp_path):
     _log_steps(callback, state, [{"loss": 2.0, "learning_rate": 1e-3}])
     (line,) = read_metrics(path)
     assert line["loss"] == 2.0 and "zero_std_groups" not in line
+
+
+def test_progress_line_says_where_a_stage_is_and_when_it_ends():
+    line = progress_line("sft", 120, 480, 2.1, ["loss 0.830"])
+    assert line == "sft step 120/480 · loss 0.830 · 2.1 s/step · ETA 13m"
+    assert duration(45) == "45s" and duration(540) == "9m" and duration(7500) == "2h 05m"
+
+
+def test_a_progress_line_is_printed_every_few_steps_not_every_step(tmp_path, capsys):
+    callback = MetricsFileCallback(tmp_path / "sft" / "train_metrics.jsonl")
+    state = TrainerState(max_steps=100)
+    callback.on_train_begin(ARGS, state, TrainerControl())
+    _log_steps(callback, state, [{"loss": 2.0, "learning_rate": 1e-3}] * 100)
+    lines = capsys.readouterr().out.splitlines()
+    every = 100 // PROGRESS_LINES
+    assert [line.split(" · ")[0] for line in lines] == [
+        f"sft step {step}/100" for step in range(1, 101, every)
+    ] + ["sft step 100/100"]
+    assert re.fullmatch(r"sft step 1/100 · loss 2\.000 · [\d.]+ s/step · ETA \w+", lines[0])
+
+
+def test_grpo_progress_shows_reward_zero_std_share_and_tool_accuracy_so_far(tmp_path, capsys):
+    callback = MetricsFileCallback(tmp_path / "grpo" / "train_metrics.jsonl")
+    state = TrainerState(max_steps=2)
+    callback.on_train_begin(ARGS, state, TrainerControl())
+    _log_steps(
+        callback,
+        state,
+        [{**_ngrpo_logs(3), "tool_accuracy": 0.25}, {**_ngrpo_logs(1), "tool_accuracy": 0.75}],
+    )
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(
+        "grpo step 2/2 · reward 0.70 · zero-std 50% of groups · tool accuracy so far 50%"
+    )

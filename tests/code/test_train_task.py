@@ -10,9 +10,9 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.logging import disable_run_logger
 
-import tasks.train as train_module
-from toolgrpo.tasks.train import StageFailed, stage_command, train_stage
-from toolgrpo.training.config import CONFIG_FILENAME, load_preset
+import toolgrpo.tasks.progress as progress_module
+from toolgrpo.tasks.train import PER_STEP_RECORD, StageFailed, stage_command, train_stage
+from toolgrpo.training.config import CONFIG_FILENAME, load_preset, trl_accelerate_configs
 
 
 def test_one_process_runs_python_m_training():
@@ -20,11 +20,18 @@ def test_one_process_runs_python_m_training():
     assert command == [sys.executable, "-m", "toolgrpo.training", "sft", "--run-dir", "/runs/a"]
 
 
-def test_several_processes_go_through_accelerate_launch():
-    config = load_preset("gpu", {"runtime.num_processes": 4})
+def _option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_several_processes_go_through_accelerate_launch_with_the_named_config():
+    config = load_preset("gpu", {"runtime.num_processes": 4, "runtime.accelerate_config": "zero2"})
     command = stage_command("grpo", Path("/runs/a"), config, Path("/models/sft"))
-    assert command[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
-    assert command[command.index("--mixed_precision") + 1] == "bf16"
+    assert command[1:3] == ["-m", "accelerate.commands.launch"]
+    assert _option(command, "--config_file") == str(trl_accelerate_configs()["zero2"])
+    assert _option(command, "--num_processes") == "4"
+    assert _option(command, "--mixed_precision") == "bf16"
+    assert int(_option(command, "--main_process_port")) > 0  # a free one, not a shared default
     assert command[-7:] == [
         "-m",
         "toolgrpo.training",
@@ -34,6 +41,20 @@ def test_several_processes_go_through_accelerate_launch():
         "--init",
         "/models/sft",
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "per_step"),
+    [
+        ("{'loss': '0.4471', 'grad_norm': '0.337', 'rewards/tool_reward/mean': '0'}", True),
+        ("toolgrpo.training.ngrpo: Zero std: 2/2 (100.0%); calibration changed 2/2 groups", True),
+        ("grpo step 3/40 · reward 0.61 · zero-std 25% of groups · 1.4 s/step · ETA 1m", False),
+        ("resuming from /runs/a/sft/checkpoint-4", False),
+        ("error: data/train/multistep.jsonl: sample file not found", False),
+    ],
+)
+def test_only_the_childs_per_step_records_leave_the_info_log(line, per_step):
+    assert bool(PER_STEP_RECORD.match(line)) is per_step
 
 
 def _training_processes(run_dir: Path) -> list[int]:
@@ -52,7 +73,7 @@ def test_deadline_stops_the_training_process_and_says_how_to_resume(prefect_harn
     with disable_run_logger(), pytest.raises(StageFailed, match="past its 2s deadline") as error:
         train_stage.fn("sft", tmp_path, load_preset("smoke"), timeout_s=2)
     assert error.value.returncode is None
-    assert "re-run to resume" in str(error.value)
+    assert "no checkpoint was saved, so a re-run starts the stage over" in str(error.value)
     time.sleep(0.5)
     assert _training_processes(tmp_path) == []
 
@@ -78,6 +99,7 @@ def test_bad_config_fails_the_task_once_with_the_childs_message(prefect_harness,
         flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
         (task_run,) = client.read_task_runs(flow_run_filter=flow_runs)
     assert task_run.state.is_failed() and task_run.run_count == 1
+    assert task_run.name == "sft"
     assert (tmp_path / CONFIG_FILENAME).is_file()
 
 
@@ -85,11 +107,11 @@ def test_progress_update_failure_only_warns(prefect_harness, monkeypatch):
     def timed_out(*args, **kwargs):
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(train_module, "update_progress_artifact", timed_out)
+    monkeypatch.setattr(progress_module, "update_progress_artifact", timed_out)
 
     @flow
     def report_progress() -> str:
-        task(train_module._update_progress)(None, 50.0, "sft: step 1/2")
+        task(progress_module.update_progress)(None, 50.0, "sft: step 1/2")
         return "trained on"
 
     assert report_progress() == "trained on"

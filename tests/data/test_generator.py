@@ -16,7 +16,6 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.cli import generate
 from toolgrpo.generator.build import (
     PLANTED_FILE,
-    SINGLE_ROWS,
     Dataset,
     build_dataset,
 )
@@ -24,6 +23,7 @@ from toolgrpo.generator.phrases import (
     LANGS,
     PHRASES_DIR,
     PhraseList,
+    counts,
     planted_phrases,
     tool_phrases,
     vocabulary,
@@ -81,7 +81,7 @@ def _request(row: dict) -> str:
 
 def _request_lists() -> dict[str, PhraseList]:
     """Every tool's and pattern's requests, by name."""
-    tools = {tool: tool_phrases(tool).requests for tool in SINGLE_ROWS}
+    tools = {tool: tool_phrases(tool).requests for tool in counts().single_rows}
     return tools | {name: pattern.phrases.requests for name, pattern in PATTERNS.items()}
 
 
@@ -104,12 +104,14 @@ def test_generate_command_reports_an_unwritable_output_folder(tmp_path: Path, ca
 
 def test_every_phrase_file_loads_and_each_is_used_by_a_catalogue_tool_or_pattern():
     tools = load_catalogue().names
-    expected = {f"tools/{tool}.yaml" for tool in tools} | {"planted.yaml", "vocabulary.yaml"}
+    expected = {f"tools/{tool}.yaml" for tool in tools}
+    expected |= {"planted.yaml", "vocabulary.yaml", "counts.yaml"}
     expected |= {f"scenarios/{name}.yaml" for name in PATTERNS}
     found = {path.relative_to(PHRASES_DIR).as_posix() for path in PHRASES_DIR.rglob("*.yaml")}
     assert found == expected
     assert planted_phrases().thought and vocabulary().symbols  # each loader validates its file
-    assert set(SINGLE_ROWS) == set(tools)
+    assert set(counts().single_rows) == set(tools)
+    assert set(counts().multi_scenarios) == set(PATTERNS)
     for name, requests in _request_lists().items():
         # enough requests per language to keep some for train after the unseen hold-out
         least = 10 if name in tools else 5

@@ -18,7 +18,7 @@ from datasets import Dataset
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.model import build_tiny
 from toolgrpo.training.ngrpo import NGRPOConfig, NGRPOTrainer, ngrpo_advantages, zero_std_groups
-from toolgrpo.training.rewards import ground_truth_reward
+from toolgrpo.training.rewards import ground_truth_reward, tool_reward
 
 pytestmark = pytest.mark.slow
 
@@ -44,11 +44,13 @@ class RecordingNGRPOTrainer(NGRPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_rewards: list[torch.Tensor] = []
+        self.step_rewards_per_func: list[torch.Tensor] = []
         self.loss_advantages: list[torch.Tensor] = []
 
     def _calculate_rewards(self, *args, **kwargs):
         rewards_per_func = super()._calculate_rewards(*args, **kwargs)
         self.step_rewards.append(rewards_per_func.sum(dim=1).clone())
+        self.step_rewards_per_func.append(rewards_per_func.clone())
         return rewards_per_func
 
     def _compute_loss(self, model, inputs):
@@ -71,7 +73,9 @@ def tiny_model():
     return build_tiny_model()
 
 
-def train_ngrpo(tiny_model, scope, output_dir, per_device_batch_size=12, **overrides):
+def train_ngrpo(
+    tiny_model, scope, output_dir, per_device_batch_size=12, reward_funcs=None, **overrides
+):
     """NGRPO steps (two unless overridden) of G=4 on the three prompts, 12 completions a step;
     resumes from a checkpoint in `output_dir` if there is one."""
     tokenizer, model = tiny_model
@@ -101,7 +105,7 @@ def train_ngrpo(tiny_model, scope, output_dir, per_device_batch_size=12, **overr
     )
     trainer = RecordingNGRPOTrainer(
         model=model,
-        reward_funcs=[ground_truth_reward, scripted_reward],
+        reward_funcs=reward_funcs or [ground_truth_reward, scripted_reward],
         args=NGRPOConfig(**(settings | overrides)),
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -109,6 +113,31 @@ def train_ngrpo(tiny_model, scope, output_dir, per_device_batch_size=12, **overr
     torch.set_num_threads(min(2, torch.get_num_threads()))
     trainer.train(resume_from_checkpoint=bool(list(Path(output_dir).glob("checkpoint-*"))))
     return trainer
+
+
+def test_zero_std_on_the_tool_score_decides_which_groups_the_loss_sees_calibrated(
+    tiny_model, tmp_path
+):
+    trainer = train_ngrpo(
+        tiny_model,
+        "zero_std",
+        tmp_path,
+        reward_funcs=[tool_reward, scripted_reward],
+        ngrpo_zero_std_on="tool",
+    )
+    for per_func, received in zip(
+        trainer.step_rewards_per_func, trainer.loss_advantages, strict=True
+    ):
+        on_tool = zero_std_groups(per_func[:, 0], NUM_GENERATIONS)
+        expected = ngrpo_advantages(
+            per_func.sum(dim=1), NUM_GENERATIONS, 1.0, "zero_std", zero_std=on_tool
+        )
+        torch.testing.assert_close(received.sort().values, expected.sort().values)
+    logged = [e for e in trainer.state.log_history if "ngrpo/zero_std_tool_groups" in e]
+    tool_counts = [
+        int(zero_std_groups(p[:, 0], NUM_GENERATIONS).sum()) for p in trainer.step_rewards_per_func
+    ]
+    assert [e["ngrpo/zero_std_tool_groups"] for e in logged] == tool_counts
 
 
 @pytest.mark.parametrize("scope", ["zero_std", "all"])

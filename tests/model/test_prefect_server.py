@@ -1,89 +1,151 @@
-"""The main job against a real `prefect server` on loopback, read back through the client."""
+"""The main job and the data-quality check against a real `prefect server` on loopback, read back
+through the client the way the UI reads them (and, where Chromium is installed, in the UI)."""
 
-import os
-import socket
+import re
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter
+from prefect.client.schemas.filters import FlowRunFilter, LogFilter
 from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from bench.ui_screenshots import check_ui, chromium_path, latest_flow_run, prefect_server
+from toolgrpo.flows.deployments import failure_automation
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
+TASK_NAMES = {"sft", "grpo", "evaluate sft · eval", "evaluate grpo · eval", "audit · train"}
+TASK_NAMES |= {"mine", "report"}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+class SmokeRun(NamedTuple):
+    """A smoke retrain run by the CLI: its output, and what the server has of it."""
+
+    output: subprocess.CompletedProcess
+    flow_run: Any
+    task_runs: list[Any]
+    artifacts: list[Any]
+    logs: list[str]
 
 
-def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"prefect server exited with {server.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2):
-                return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError(f"prefect server not healthy after {timeout_s}s")
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with prefect_server(tmp_path_factory.mktemp("prefect-home")) as (url, env):
+        yield url, env
 
 
-@pytest.fixture
-def prefect_server(tmp_path):
-    url = f"http://127.0.0.1:{_free_port()}/api"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
-    env.pop("PREFECT_API_URL", None)
-    port = url.rsplit(":", 1)[1].split("/")[0]
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(
-        [BIN / "prefect", "server", "start", "--host", "127.0.0.1", "--port", port],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        _wait_healthy(url, server)
-        yield url, {**env, "PREFECT_API_URL": url}
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
-        log.close()
-
-
-def test_retrain_runs_on_a_real_server_with_its_artifacts(prefect_server, tmp_path):
-    url, env = prefect_server
-    run = subprocess.run(
-        [BIN / "toolgrpo", "run", "--preset", "smoke", "--out", tmp_path / "runs"],
+def _toolgrpo(env: dict[str, str], *arguments: object) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [BIN / "toolgrpo", *map(str, arguments)],
         env=env,
         capture_output=True,
         text=True,
         timeout=1200,
     )
+
+
+@pytest.fixture(scope="module")
+def smoke_run(server, tmp_path_factory) -> SmokeRun:
+    url, env = server
+    run = _toolgrpo(env, "run", "--preset", "smoke", "--out", tmp_path_factory.mktemp("runs"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "report: " in run.stdout
+    with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+        flow_run = latest_flow_run(client, "retrain")
+        this_run = FlowRunFilter(id={"any_": [flow_run.id]})
+        task_runs = client.read_task_runs(flow_run_filter=this_run)
+        artifacts = client.read_artifacts(flow_run_filter=this_run)
+        logs = [
+            log.message for log in client.read_logs(LogFilter(flow_run_id={"any_": [flow_run.id]}))
+        ]
+    return SmokeRun(run, flow_run, task_runs, artifacts, logs)
+
+
+def test_smoke_retrain_is_completed_with_named_stages_and_the_headline_first(smoke_run):
+    flow_run, artifacts = smoke_run.flow_run, smoke_run.artifacts
+    assert "report: " in smoke_run.output.stdout
+    assert flow_run.state.is_completed()
+    assert re.fullmatch(r"retrain-smoke-\d{8}-\d{4}", flow_run.name)
+    assert "preset:smoke" in flow_run.tags
+    assert any(re.fullmatch(r"data:[0-9a-f]{12}", tag) for tag in flow_run.tags)
+    assert {task_run.name for task_run in smoke_run.task_runs} >= TASK_NAMES
+    # The UI lists a flow run's own artifacts above its task runs': the headline alone.
+    assert [a.key for a in artifacts if a.task_run_id is None] == ["retrain-headline"]
+    keys = {a.key for a in artifacts}
+    assert {"retrain-report", "retrain-accuracy", "data-quality-summary"} <= keys
+    assert {"train-sft-progress", "evaluate-grpo-eval-progress", "audit-train-progress"} <= keys
+    assert all(a.description for a in artifacts)
+    report = next(a for a in artifacts if a.key == "retrain-report")
+    assert report.data.count("](data:image/png;base64,") == 4  # plots the UI can show
+
+
+def test_smoke_retrain_logs_progress_lines_and_the_before_after_table(smoke_run):
+    logs = smoke_run.logs
+    assert any(
+        re.match(r"sft \| sft step \d+/\d+ · loss [\d.]+ · [\d.]+ s/step · ETA", m) for m in logs
+    )
+    assert any(
+        re.match(r"grpo \| grpo step \d+/\d+ · reward .* · tool accuracy so far", m) for m in logs
+    )
+    assert any(re.match(r"evaluate sft · eval row \d+/\d+ · ", m) for m in logs)
+    assert any(m.startswith("tool accuracy before and after GRPO") and "| n |" in m for m in logs)
+    assert not any(m.startswith("sft | {'loss'") for m in logs)  # per-step dicts: debug only
+
+
+def test_bad_data_file_fails_the_data_quality_run_with_its_problem_lines_logged(server, tmp_path):
+    url, env = server
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "broken"\n[1]\n', encoding="utf-8")
+    run = _toolgrpo(env, "validate", bad, "--out", tmp_path / "runs")
+    assert run.returncode == 1, run.stdout + run.stderr
 
     with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
-        (flow_run,) = client.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=["retrain"]))
-        )
-        assert flow_run.state.is_completed()
-        keys = {
-            artifact.key
-            for artifact in client.read_artifacts(
-                flow_run_filter=FlowRunFilter(id={"any_": [flow_run.id]})
-            )
-        }
-    assert {"retrain-report", "retrain-accuracy", "data-quality-summary"} <= keys
+        flow_run = latest_flow_run(client, "data-quality")
+        logs = [
+            log.message for log in client.read_logs(LogFilter(flow_run_id={"any_": [flow_run.id]}))
+        ]
+    assert flow_run.state.is_failed()
+    assert flow_run.state.message.startswith("data gate failed: 2 of 2 rows invalid")
+    assert re.fullmatch(r"data-quality-1-files-\d{8}-\d{4}", flow_run.name)
+    assert any(m.startswith(f"{bad}:1: not JSON") for m in logs)
+    assert f"{bad}:2: line is an array, not a JSON object [check: json_object]" in logs
+
+
+def test_notify_on_failure_creates_the_automation_on_the_server(server):
+    url, env = server
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        CustomWebhookNotificationBlock(
+            name="toolgrpo-test", url="http://127.0.0.1:9/hook", json_data={"text": "{{body}}"}
+        ).save("toolgrpo-test", overwrite=True)
+    missing = _toolgrpo(env, "notify-on-failure", "--block", "custom-webhook/nobody")
+    assert missing.returncode == 2 and "no 'custom-webhook' block named 'nobody'" in missing.stderr
+    for _ in range(2):  # a second call replaces the first automation
+        created = _toolgrpo(env, "notify-on-failure", "--block", "custom-webhook/toolgrpo-test")
+        assert created.returncode == 0, created.stderr
+
+    with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+        (automation,) = client.read_automations_by_name("toolgrpo-failed-run")
+        block = client.read_block_document_by_name("toolgrpo-test", "custom-webhook")
+    assert automation.enabled and automation.actions[0].block_document_id == block.id
+    assert automation.trigger == failure_automation(block.id).trigger
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="no Chromium (apt-get install chromium)")
+def test_the_ui_shows_the_named_stages_the_headline_first_and_the_reports_plots(
+    server, smoke_run, tmp_path
+):
+    url, env = server
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{\n", encoding="utf-8")
+    assert _toolgrpo(env, "validate", bad, "--out", tmp_path / "runs").returncode == 1
+    with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+        failed = latest_flow_run(client, "data-quality")
+    artifacts = {a.key: a for a in smoke_run.artifacts}
+    checks = check_ui(url.removesuffix("/api"), smoke_run.flow_run, artifacts, failed, tmp_path)
+    assert all(check.ok for check in checks), "\n".join(check.line() for check in checks)
+    (report,) = [c for c in checks if c.spec.name == "report-artifact"]
+    assert len(report.images) == 4 and all(image["width"] > 300 for image in report.images)

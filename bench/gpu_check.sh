@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The gpu preset's whole path on one GPU, end to end through `toolgrpo run`, in bf16:
+#   1. a ~30M-parameter Qwen2 and its tokenizer built from the shipped data (no hub is reachable),
+#      saved as a local "pretrained" base;
+#   2. full fine-tuning (model.lora.r=0): SFT from that base, GRPO + NGRPO, evaluation;
+#   3. LoRA r 16 (the preset as shipped) from step 2's SFT model, which now knows the format;
+# then prints per stage: wall time, training tokens/s, peak GPU memory, and the accuracies, and
+# whether evaluation ran on CUDA in bf16. Sized for under 8 minutes on one H200.
+#
+#   bash bench/gpu_check.sh [OUT_DIR]        # default runs/gpu-check-<time>
+#   PYTHON=/path/to/python GRPO_STEPS=30 bash bench/gpu_check.sh
+#
+# Needs the package installed over a CUDA build of torch (`pip install -e .`). Not run on a GPU
+# yet (README: "Moving to GPUs and a cluster").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+OUT=$(realpath -m "${1:-runs/gpu-check-$(date +%Y%m%d-%H%M%S)}")
+GRPO_STEPS=${GRPO_STEPS:-30}
+BUDGET_S=480
+export PREFECT_HOME="$OUT/.prefect" PREFECT_SERVER_ANALYTICS_ENABLED=false PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+started=$SECONDS
+
+toolgrpo() { "$PY" -c 'from toolgrpo.flows.cli import main; main()' "$@"; }
+
+# Peak memory of the whole device while a command runs (evaluation included), sampled by
+# nvidia-smi every 200 ms into $OUT/<name>.gpu-memory.
+with_memory_samples() {
+  local name=$1
+  shift
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
+    >"$OUT/$name.gpu-memory" &
+  local sampler=$!
+  local status=0
+  "$@" 2>&1 | tee "$OUT/$name.log" || status=$?
+  kill "$sampler"
+  return "$status"
+}
+
+"$PY" - <<'EOF'
+import importlib.util
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    sys.exit("gpu_check: torch sees no CUDA device")
+needed = ["toolgrpo", "prefect", "trl", "peft", "polars", "pandera", "datasets", "cleanlab"]
+missing = [name for name in needed if importlib.util.find_spec(name) is None]
+if missing:
+    sys.exit(f"gpu_check: not installed: {', '.join(missing)} (pip install -e . first)")
+print(f"gpu_check: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+EOF
+
+echo "== 1. base model from the data"
+"$PY" - "$OUT/base" <<'EOF'
+import sys
+from pathlib import Path
+
+from toolgrpo.training.config import load_preset
+from toolgrpo.training.model import build_tiny, save_model
+from toolgrpo.training.samples import grpo_rows, tokenizer_corpus
+
+texts = tokenizer_corpus(grpo_rows(load_preset("gpu")))
+tokenizer, model = build_tiny(texts, hidden_size=512, num_layers=7, num_heads=8, vocab_size=2048)
+save_model(model, tokenizer, Path(sys.argv[1]))
+print(f"base: {model.num_parameters() / 1e6:.1f}M parameters in {sys.argv[1]}")
+EOF
+
+# From random weights the warm start needs the cpu preset's SFT (every row, 6 epochs, its rate);
+# the rest is the gpu preset as shipped, GRPO shortened to GRPO_STEPS.
+echo "== 2. full fine-tuning"
+with_memory_samples full toolgrpo run --preset gpu --out "$OUT/full" \
+  --set "model.base_model=$OUT/base" --set runtime.device=cuda --set model.lora.r=0 \
+  --set sft.multistep_fraction=1.0 --set sft.num_train_epochs=6 --set sft.learning_rate=2e-3 \
+  --set "grpo.max_steps=$GRPO_STEPS"
+full_run=$(ls -d "$OUT"/full/*-retrain-gpu-*)
+
+echo "== 3. LoRA from the full run's SFT model"
+with_memory_samples lora toolgrpo run --preset gpu --out "$OUT/lora" \
+  --set "model.base_model=$full_run/sft/model" --set runtime.device=cuda \
+  --set "grpo.max_steps=$GRPO_STEPS"
+
+"$PY" - "$OUT" "$((SECONDS - started))" "$BUDGET_S" <<'EOF'
+import json
+import re
+import sys
+from pathlib import Path
+
+from toolgrpo.training.metrics import read_metrics
+
+out, elapsed, budget = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+print(f"\n## gpu_check ({elapsed} s end to end; budget {budget} s)\n")
+print("| run | stage | wall s | tokens/s | peak GPU GiB | overall | single | multi |")
+print("|---|---|---|---|---|---|---|---|")
+for name in ("full", "lora"):
+    (run_dir,) = (out / name).glob("*-retrain-gpu-*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for stage in ("sft", "grpo"):
+        lines = read_metrics(run_dir / stage / "train_metrics.jsonl")
+        tokens = max(line.get("num_tokens", 0) for line in lines)
+        runtime = next(line["train_runtime"] for line in lines if "train_runtime" in line)
+        peak = max(line.get("peak_gpu_memory_gib", 0) for line in lines)
+        accuracy = summary["accuracy"][stage]
+        rates = " | ".join(f"{100 * (accuracy[key] or 0):.1f}%" for key in ("overall", "single", "multi"))
+        print(
+            f"| {name} | {stage} | {summary['wall_s'][stage]} | {tokens / runtime:,.0f} | "
+            f"{peak} | {rates} |"
+        )
+    device_peak = max(map(int, (out / f"{name}.gpu-memory").read_text().split())) / 1024
+    evaluated_on = sorted(set(re.findall(r": (\w+, \w+, \w+)\n", (out / f"{name}.log").read_text())))
+    print(
+        f"| {name} | evaluate | {summary['wall_s']['evaluate']} | | {device_peak:.2f} (device) | "
+        f"on {' / '.join(evaluated_on)} | | |"
+    )
+print(f"\nwithin {budget} s: {'yes' if elapsed <= budget else 'NO'}")
+EOF

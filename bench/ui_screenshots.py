@@ -1,0 +1,381 @@
+"""Look at a retrain run the way a person does: in the Prefect UI, in a real (headless) browser.
+
+    python bench/ui_screenshots.py [--out ui-screenshots/]
+
+Starts `prefect server start` on a free localhost port (its own PREFECT_HOME), runs
+`toolgrpo run --preset smoke` and a failing `toolgrpo validate` against it, then opens in headless
+Chromium (`apt-get install chromium`) the retrain flow run's page, its Artifacts tab, the
+headline and report artifacts, and the failed data-quality run. It saves a full-page PNG of each,
+prints what each page shows (its <img> elements loaded or not, the text it must contain) and
+exits 1 when an image did not load or a page lacks its text. The browser is driven over the
+DevTools protocol with `websockets` (a Prefect dependency).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cyclopts
+from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+from prefect.client.schemas.sorting import FlowRunSort
+from websockets.sync.client import ClientConnection, connect
+
+BIN = Path(sys.executable).parent
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+PAGE_TIMEOUT_S = 60.0
+WINDOW = (1400, 1800)
+# Every <img> on the page, and whether the browser decoded it.
+IMAGES_JS = (
+    "Array.from(document.images).map(i => ({src: i.src.slice(0, 40), loaded: i.complete && "
+    "i.naturalWidth > 0, width: i.naturalWidth, height: i.naturalHeight}))"
+)
+
+
+def chromium_path() -> str | None:
+    """The headless-capable browser on this machine, if any."""
+    return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"prefect server exited with {server.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError(f"prefect server not healthy after {timeout_s}s")
+
+
+@contextlib.contextmanager
+def prefect_server(home: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A real `prefect server start` on a free loopback port with its own PREFECT_HOME: yields
+    its API URL and the environment that points a command at it; stops it on exit."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_API_URL": url,  # the UI's own calls; it assumes port 4200 otherwise
+    }
+    env.pop("PREFECT_API_URL", None)
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / "server.log").open("w") as log:
+        server = subprocess.Popen(
+            [BIN / "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            _wait_healthy(url, server)
+            yield url, {**env, "PREFECT_API_URL": url}
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+
+
+class Page:
+    """One browser tab driven over the DevTools protocol."""
+
+    def __init__(self, socket_: ClientConnection) -> None:
+        self._socket = socket_
+        self._ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """Send one command and return its result (events arriving meanwhile are skipped)."""
+        call_id = next(self._ids)
+        self._socket.send(json.dumps({"id": call_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self._socket.recv(timeout=PAGE_TIMEOUT_S))
+            if message.get("id") == call_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return result["result"].get("value")
+
+    def open(self, url: str, ready_js: str) -> None:
+        """Go to `url` and wait until it is ready (see `wait_until`)."""
+        self.call("Page.navigate", url=url)
+        self.wait_until(ready_js)
+
+    def wait_until(self, ready_js: str) -> None:
+        """Wait until `ready_js` is true (the single-page app has rendered) and every image has
+        finished loading or failing; raises TimeoutError after `PAGE_TIMEOUT_S`."""
+        deadline = time.monotonic() + PAGE_TIMEOUT_S
+        settled = f"({ready_js}) && Array.from(document.images).every(i => i.complete)"
+        while not self.evaluate(settled):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not rendered after {PAGE_TIMEOUT_S:.0f}s: {ready_js}")
+            time.sleep(0.5)
+        time.sleep(1.0)  # let the last layout pass finish
+
+    def click(self, text: str) -> None:
+        """Click the tab (or button) whose text is `text`, and let the page render."""
+        # The innermost element showing exactly `text` (the UI's tabs are not all buttons).
+        found = self.evaluate(
+            f"(() => {{ const all = Array.from(document.querySelectorAll('body *')).filter("
+            f"e => e.textContent.trim() === {json.dumps(text)}); const e = all[all.length - 1];"
+            f" if (e) e.click(); return !!e; }})()"
+        )
+        if not found:
+            raise LookupError(f"nothing to click named {text!r}")
+        time.sleep(2.0)
+
+    def scroll_to(self, selector: str) -> None:
+        """Scroll the first element matching the CSS `selector` to the top of the window."""
+        self.evaluate(f"document.querySelector({json.dumps(selector)})?.scrollIntoView()")
+        time.sleep(1.0)
+
+    def screenshot(self, path: Path) -> Path:
+        """A PNG of the window (the UI scrolls inside it, so that is what a person sees)."""
+        data = self.call("Page.captureScreenshot", format="png")
+        path.write_bytes(base64.b64decode(data["data"]))
+        return path
+
+
+@contextlib.contextmanager
+def browser(profile: Path) -> Iterator[Page]:
+    """Headless Chromium with one tab, on a DevTools port of its own."""
+    path = chromium_path()
+    if path is None:
+        raise FileNotFoundError("no Chromium: apt-get install chromium")
+    process = subprocess.Popen(
+        [
+            path,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            f"--window-size={WINDOW[0]},{WINDOW[1]}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        for line in process.stderr:
+            found = re.search(r"DevTools listening on (ws://\S+)", line)
+            if found:
+                break
+        else:
+            raise RuntimeError("Chromium exited before opening its DevTools port")
+        port = found.group(1).split(":")[2].split("/")[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as listing:
+            tab = next(t for t in json.load(listing) if t["type"] == "page")
+        with connect(tab["webSocketDebuggerUrl"], max_size=None) as socket_:
+            page = Page(socket_)
+            page.call("Page.enable")
+            page.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=WINDOW[0],
+                height=WINDOW[1],
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            yield page
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    """A page to look at: where, the texts it must show in this order, the tab to open first,
+    and what to scroll to (a CSS selector) before the screenshot."""
+
+    name: str
+    url: str
+    expected: tuple[str, ...]
+    tab: str | None = None
+    scroll_to: str | None = None
+
+
+@dataclass
+class PageCheck:
+    """What a page showed: its screenshot, its images, and the expected texts it lacked."""
+
+    spec: PageSpec
+    screenshot: Path
+    images: list[dict[str, Any]]
+    missing_text: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return all(image["loaded"] for image in self.images) and not self.missing_text
+
+    def line(self) -> str:
+        loaded = sum(image["loaded"] for image in self.images)
+        sizes = ", ".join(f"{i['width']}x{i['height']}" for i in self.images if i["loaded"])
+        missing = f"; MISSING (in order) {self.missing_text}" if self.missing_text else ""
+        return (
+            f"{'ok  ' if self.ok else 'FAIL'} {self.spec.name}: {loaded}/{len(self.images)} <img> "
+            f"loaded{f' ({sizes})' if sizes else ''}{missing} — {self.screenshot}"
+        )
+
+
+def missing_in_order(text: str, expected: tuple[str, ...]) -> list[str]:
+    """The `expected` texts not found in `text` after the ones before them."""
+    missing, position = [], 0
+    for wanted in expected:
+        found = text.find(wanted, position)
+        if found < 0:
+            missing.append(wanted)
+        else:
+            position = found + len(wanted)
+    return missing
+
+
+def check_page(page: Page, spec: PageSpec, out_dir: Path) -> PageCheck:
+    """Open the page (and its tab), wait for its texts (or time out), scroll, screenshot, and
+    list its images."""
+    wanted = json.dumps(list(spec.expected))
+    ready = f"{wanted}.every(t => document.body && document.body.innerText.includes(t))"
+    with contextlib.suppress(TimeoutError):
+        if spec.tab is None:
+            page.open(spec.url, ready)
+        else:
+            page.open(spec.url, f"document.body.innerText.includes({json.dumps(spec.tab)})")
+            page.click(spec.tab)
+            page.wait_until(ready)
+    if spec.scroll_to is not None:
+        page.scroll_to(spec.scroll_to)
+    text = page.evaluate("document.body ? document.body.innerText : ''") or ""
+    shot = page.screenshot(out_dir / f"{spec.name}.png")
+    images = page.evaluate(IMAGES_JS) or []
+    return PageCheck(spec, shot, images, missing_in_order(text, spec.expected))
+
+
+def check_ui(
+    ui_url: str, retrain_run: Any, artifacts: dict[str, Any], failed_run: Any, out_dir: Path
+) -> list[PageCheck]:
+    """Screenshot and check the pages a person reads after a smoke retrain and a failed
+    data-quality run (flow runs and artifacts as the Prefect client reads them)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_page = f"{ui_url}/runs/flow-run/{retrain_run.id}"
+    report = f"{ui_url}/artifacts/artifact/{artifacts['retrain-report'].id}"
+    pages = [
+        PageSpec("flow-run", run_page, (retrain_run.name, "preset:smoke", "Completed", "sft step")),
+        PageSpec(
+            "flow-run-task-runs",
+            run_page,
+            ("report", "mine", "audit · train", "evaluate grpo · eval", "evaluate sft · eval"),
+            tab="Task Runs",
+        ),
+        PageSpec(
+            "flow-run-artifacts",
+            run_page,
+            ("Flow run", "retrain-headline", "Task runs", "retrain-report"),
+            tab="Artifacts",
+        ),
+        PageSpec(
+            "headline-artifact",
+            f"{ui_url}/artifacts/artifact/{artifacts['retrain-headline'].id}",
+            ("Retrain", "eval/multistep", "Zero std", "Full report"),
+        ),
+        PageSpec("report-artifact", report, ("Tool accuracy before and after GRPO", "Plots")),
+        PageSpec(
+            "report-artifact-plots",
+            report,
+            ("Plots", "Confusion matrix after GRPO", "Review queue"),
+            scroll_to='img[alt="accuracy by slice"]',
+        ),
+        PageSpec(
+            "failed-data-quality-run",
+            f"{ui_url}/runs/flow-run/{failed_run.id}",
+            (failed_run.name, "Failed", "[check: ", "data gate failed"),
+        ),
+    ]
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile, browser(Path(profile)) as page:
+        return [check_page(page, spec, out_dir) for spec in pages]
+
+
+def latest_flow_run(client: Any, flow_name: str) -> Any:
+    """The newest run of the flow `flow_name` on the server `client` talks to."""
+    (flow_run,) = client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
+        sort=FlowRunSort.START_TIME_DESC,
+        limit=1,
+    )
+    return flow_run
+
+
+def _run(command: list[str | Path], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def main(out: Path = Path("ui-screenshots")) -> int:
+    """Run a smoke retrain and a failing validate against a real server; check the UI pages."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if chromium_path() is None:
+        print("no Chromium on this machine: apt-get install chromium", file=sys.stderr)
+        return 2
+    # A TERM (a `timeout` running out) unwinds like an error, so the server and browser stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="toolgrpo-ui-") as scratch,
+        prefect_server(Path(scratch) / "prefect-home") as (url, env),
+    ):
+        work = Path(scratch)
+        bad = work / "bad.jsonl"
+        bad.write_text('{"id": "broken"\n', encoding="utf-8")
+        retrain = _run([BIN / "toolgrpo", "run", "--preset", "smoke", "--out", work / "runs"], env)
+        validate = _run([BIN / "toolgrpo", "validate", bad, "--out", work / "runs"], env)
+        print(f"toolgrpo run --preset smoke: exit {retrain.returncode}")
+        print(f"toolgrpo validate (a broken row): exit {validate.returncode}")
+        with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+            retrain_run = latest_flow_run(client, "retrain")
+            failed_run = latest_flow_run(client, "data-quality")
+            artifacts = {
+                a.key: a
+                for a in client.read_artifacts(
+                    flow_run_filter=FlowRunFilter(id={"any_": [retrain_run.id]})
+                )
+            }
+        checks = check_ui(url.removesuffix("/api"), retrain_run, artifacts, failed_run, out)
+    for check in checks:
+        print(check.line())
+    print(f"{time.monotonic() - started:.0f}s in all; screenshots in {out}")
+    return 0 if all(check.ok for check in checks) and retrain.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(cyclopts.run(main))

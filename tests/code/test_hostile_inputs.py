@@ -1,0 +1,432 @@
+"""Hostile but fair input (issue #19): data shown in reports and terminals stays text, a failed
+write loses nothing, apply-review refuses what the next run would reject, and every failure is
+one line and an exit code. Each test calls what a user calls: a command of `toolgrpo`, a flow,
+or the task a flow runs."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from markdown_it import MarkdownIt
+from prediction_rows import prediction_row, predictions_frame
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from tests.code.test_load import GOOD, row_bytes, write_lines
+from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
+from toolgrpo.evaluation.metrics import compute_metrics
+from toolgrpo.flows import cli
+from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
+from toolgrpo.reporting.files import write_csv_file
+from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.mine import mine
+from toolgrpo.tasks.report import publish_report
+
+XSS_ID = "eval-s-0009<img src=x onerror=alert(2)>"
+XSS_FILE = "<svg onload=alert(3)>.jsonl"
+OUTSIDE_IMAGE_ID = 'eval-s-0010<img src="../../../../outside/secret.png">'
+MISSING_IMAGE_ID = 'eval-s-0011<img src="nope.png">'
+BACKTICK_ID = "eval-s-0012`<img src=x onerror=alert(4)>`"
+CLEAR_SCREEN = "\x1b[2J"
+TEN_MB = 10_000_000
+
+
+def rendered(markdown: str) -> str:
+    """`markdown` as a permissive viewer shows it: raw HTML passed through."""
+    return MarkdownIt("commonmark").enable("table").render(markdown)
+
+
+def live_tags(html: str) -> list[str]:
+    """The tags of `html` that would run or load something, but the run's plots (inlined in
+    report.html, linked from report.md)."""
+    return re.findall(r'<svg|<img(?! src="(?:data:image/png;base64,|plots/))', html)
+
+
+# --- reports: text from the data is text -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile_run(prefect_harness, tmp_path_factory):
+    """A published run report whose ids, file names and prompts carry the issue's payloads,
+    and a secret PNG outside the run folder that an id points at."""
+    tmp_path = tmp_path_factory.mktemp("hostile-run")
+    secret = tmp_path / "outside" / "secret.png"
+    secret.parent.mkdir()
+    secret.write_bytes(b"\x89PNG secret bytes that must stay outside")
+    run_dir = tmp_path / "a" / "b" / "c" / "run"
+    run_dir.mkdir(parents=True)
+    source = f"eval/{Path(XSS_FILE).stem}"
+    rows = [
+        prediction_row(XSS_ID, "check_balance", "withdraw", source=source, prompt="Withdraw 5"),
+        prediction_row(OUTSIDE_IMAGE_ID, "deposit", "withdraw", prompt="Deposit 5"),
+        prediction_row(MISSING_IMAGE_ID, "withdraw", "deposit", prompt="Withdraw 9"),
+        prediction_row(BACKTICK_ID, "deposit", "respond", prompt="=HYPERLINK(x)"),
+        prediction_row("ok", "withdraw", source=source),
+    ]
+    predictions = predictions_frame(rows)
+    metrics = compute_metrics(predictions)
+    summary = RunSummary(
+        preset="smoke",
+        run_dir=run_dir,
+        data_hash="0" * 64,
+        config_hash="1" * 64,
+        rows={f"data/{XSS_FILE}": 5},
+        retrained=True,
+        models={},
+        accuracy={"sft": metrics.accuracy, "grpo": metrics.accuracy},
+        zero_std=ZeroStdGroups(zero=0, total=0, changed=0),
+        flagged_label_ambiguity=[],
+        flagged_label_conflict=[],
+        wall_s={},
+    )
+    published = publish_report.fn(summary, metrics, mine_errors(predictions), [])
+    return run_dir, published.html.read_text(encoding="utf-8"), secret
+
+
+def test_report_html_shows_ids_and_file_names_as_text(hostile_run):
+    _, html, _ = hostile_run
+    assert live_tags(html) == []
+    assert "eval-s-0009&lt;img src=x onerror=alert(2)&gt;" in html
+    assert "&lt;svg onload=alert(3)&gt;.jsonl" in html
+
+
+def test_report_html_embeds_only_the_runs_own_plots(hostile_run):
+    _, html, secret = hostile_run
+    assert html.count('src="data:image/png;base64,') == 4  # reward, zero-std, accuracy, confusion
+    assert base64.b64encode(secret.read_bytes()).decode() not in html
+    assert "secret.png" in html  # the id is shown, as text
+
+
+def test_report_md_escapes_the_payloads_even_for_a_viewer_that_passes_html(hostile_run):
+    run_dir, _, _ = hostile_run
+    markdown = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert live_tags(rendered(markdown)) == []
+    assert "eval-s-0012`&lt;img src=x onerror=alert(4)&gt;`" in rendered(markdown)
+
+
+def test_data_quality_report_escapes_problem_lines_and_label_conflicts(prefect_harness, tmp_path):
+    payload = "Balance? <img src=x onerror=alert(5)>"
+    data = write_lines(
+        tmp_path / "rows.jsonl",
+        GOOD,
+        row_bytes(kind=BACKTICK_ID),
+        row_bytes(id="=cmd", lang="fr", prompt=payload),
+        row_bytes(id="c-2", prompt=payload, tool="withdraw"),
+    )
+    assert cli.validate(data, out=tmp_path / "runs") == 1
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    html = rendered((run_dir / "report.md").read_text(encoding="utf-8"))
+    assert live_tags(html) == []
+    assert "<code>" in html and "`&lt;img src=x onerror=alert(4)&gt;`" in html  # one code span
+    assert "balance? &lt;img src=x onerror=alert(5)&gt;" in html  # the conflict's prompt
+    failures = pl.read_csv(run_dir / "failures.csv")
+    assert "'=cmd" in failures["id"].to_list()  # not a formula in a spreadsheet
+
+
+def test_control_characters_from_the_data_reach_the_terminal_escaped(
+    prefect_harness, tmp_path, capsys
+):
+    data = write_lines(tmp_path / f"rows{CLEAR_SCREEN}.jsonl", GOOD, row_bytes(lang=CLEAR_SCREEN))
+    assert cli.validate(data, out=tmp_path / "runs") == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert 'lang is "\\x1b[2J"' in out and "rows\\x1b[2J.jsonl:2" in out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert "\x1b" not in (run_dir / "report.md").read_text(encoding="utf-8")
+
+
+def test_csv_cells_that_start_a_formula_are_neutralised_and_read_back(prefect_harness, tmp_path):
+    rows = [prediction_row(f"{start}cmd", "deposit", "withdraw") for start in "=+-@"]
+    mine.fn(predictions_frame(rows), None, tmp_path)
+    with (tmp_path / "review_queue.csv").open(encoding="utf-8", newline="") as handle:
+        queue = list(csv.DictReader(handle))
+    assert sorted(row["id"] for row in queue) == ["'+cmd", "'-cmd", "'=cmd", "'@cmd"]
+    for row in queue:
+        row.update(decision="keep", reviewer="ana", reason="checked")
+    reviewed = write_review(tmp_path / "reviewed.csv", queue)
+    overrides = tmp_path / "label_overrides.jsonl"
+    assert cli.apply_review(reviewed, overrides=overrides, allow_unknown=True) == 0
+    ids = [json.loads(line)["id"] for line in overrides.read_text(encoding="utf-8").splitlines()]
+    assert sorted(ids) == ["+cmd", "-cmd", "=cmd", "@cmd"]
+
+
+# --- writes: all or nothing -------------------------------------------------------------------
+
+
+def disk_full_after_half(monkeypatch) -> None:
+    """Every text write puts half its text on disk, then fails as a full disk does."""
+
+    def write_half(self, text, encoding=None, errors=None, newline=None):
+        with open(self, "w", encoding=encoding) as handle:
+            handle.write(text[: len(text) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", write_half)
+
+
+def test_failing_overrides_write_leaves_the_old_file_intact(
+    prefect_harness, tmp_path, monkeypatch, capsys
+):
+    overrides = tmp_path / "label_overrides.jsonl"
+    old = "".join(
+        json.dumps({"id": f"r-{i}", "tool": "withdraw", "reason": "r", "reviewer": "ana"}) + "\n"
+        for i in range(20_000)
+    )
+    overrides.write_text(old, encoding="utf-8")
+    data, reviewed = review_case(tmp_path, decision="keep")
+    disk_full_after_half(monkeypatch)
+
+    assert cli.apply_review(reviewed, overrides=overrides, data=[data]) == 2
+
+    assert overrides.read_text(encoding="utf-8") == old
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    assert capsys.readouterr().err.splitlines() == [
+        f"toolgrpo mine apply-review: cannot write {overrides}: No space left on device; "
+        "the file is unchanged"
+    ]
+
+
+def test_failing_csv_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
+    path = write_csv_file(pl.DataFrame({"id": ["a", "b"]}), tmp_path / "failures.csv")
+    old = path.read_bytes()
+
+    def write_half(self, file, **kwargs):
+        Path(file).write_bytes(b"id\nx")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pl.DataFrame, "write_csv", write_half)
+    with pytest.raises(OSError, match="the file is unchanged"):
+        write_csv_file(pl.DataFrame({"id": ["c"]}), path)
+    assert path.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["failures.csv"]
+
+
+# --- apply-review: refuse now what the next run would reject ---------------------------------
+
+ROW = {**SINGLE, "id": "r-1"}  # check_balance, params {"account": "ACC001"}
+CONDITIONAL = {**MULTI_STEP_2, "id": "m-2", "condition": "holds"}  # transfer_funds
+REPLY = solution("respond", {"message": "余额不足"})
+
+
+def write_review(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*QUEUE_COLUMNS, *REVIEW_COLUMNS])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def decided(row_id: str, label: str, decision: str, **cells: str) -> dict[str, str]:
+    """A queue row with its review columns filled in."""
+    base = dict.fromkeys([*QUEUE_COLUMNS, *REVIEW_COLUMNS], "")
+    return {**base, "id": row_id, "label": label, "decision": decision, "reviewer": "ana",
+            "reason": "reviewed", **cells}  # fmt: skip
+
+
+def review_case(tmp_path: Path, *rows: dict[str, str], **one: str) -> tuple[Path, Path]:
+    """A data file with ROW and CONDITIONAL, and a review of `rows` (or of ROW, decided `one`)."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in (ROW, CONDITIONAL)), encoding="utf-8")
+    rows = rows or (decided("r-1", "check_balance", **one),)
+    return data, write_review(tmp_path / "reviewed.csv", list(rows))
+
+
+@pytest.fixture
+def apply_review(prefect_harness, tmp_path, capsys):
+    """apply-review on the overrides file in `tmp_path`: (exit status, stderr lines, path)."""
+
+    def run(reviewed: Path, data: Path, **options) -> tuple[int, list[str], Path]:
+        overrides = tmp_path / "label_overrides.jsonl"
+        status = cli.apply_review(reviewed, overrides=overrides, data=[data], **options)
+        return status, capsys.readouterr().err.splitlines(), overrides
+
+    return run
+
+
+REFUSED = {
+    "relabel whose params do not fit": (
+        [decided("r-1", "check_balance", "get_transactions")],
+        "override_applicable",
+        "the row's params do not fit get_transactions",
+    ),
+    "unknown tool as the label": (
+        [decided("r-1", "launch_rocket", "launch_rocket")],
+        "decision_known",
+        "label 'launch_rocket' is not a tool",
+    ),
+    "unknown tool kept": (
+        [decided("r-1", "launch_rocket", "keep")],
+        "decision_known",
+        "label 'launch_rocket' is not a tool",
+    ),
+    "relabel that breaks the condition rule": (
+        [decided("m-2", "transfer_funds", "respond", proposed_solution=REPLY)],
+        "condition_matches_tool",
+        'would fail: condition "holds" with tool "respond"',
+    ),
+    "unknown id": (
+        [decided("r-404", "check_balance", "keep")],
+        "decision_row_known",
+        "id r-404 is in none of the data files",
+    ),
+    "two decisions for one id": (
+        [decided("r-1", "check_balance", "keep"), decided("r-1", "check_balance", "withdraw")],
+        "decision_unique",
+        "id r-1: already decided on line 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_apply_review_refuses_what_the_next_gate_would_reject(tmp_path, apply_review, case):
+    rows, check, message = REFUSED[case]
+    data, reviewed = review_case(tmp_path, *rows)
+    status, err, overrides = apply_review(reviewed, data)
+    assert status == 1
+    *problems, summary = err
+    assert len(problems) == 1 and problems[0].startswith(f"{reviewed}:")
+    assert message in problems[0] and problems[0].endswith(f"[check: {check}]")
+    assert summary == (
+        f"toolgrpo mine apply-review: 1 problem(s); nothing was written to {overrides}"
+    )
+    assert not overrides.exists()
+
+
+def test_unknown_id_is_written_with_allow_unknown(tmp_path, apply_review):
+    data, reviewed = review_case(tmp_path, decided("r-404", "check_balance", "keep"))
+    status, _, overrides = apply_review(reviewed, data, allow_unknown=True)
+    assert status == 0
+    assert json.loads(overrides.read_text(encoding="utf-8"))["id"] == "r-404"
+
+
+def test_review_saved_by_excel_in_cp1252_says_to_re_save_as_utf8(tmp_path, apply_review):
+    data, reviewed = review_case(tmp_path, decided("r-1", "check_balance", "keep", reason="café"))
+    reviewed.write_bytes(reviewed.read_text(encoding="utf-8").encode("cp1252"))
+    status, err, _ = apply_review(reviewed, data)
+    assert status == 1
+    assert err[0] == (
+        f"{reviewed}:2: not UTF-8 (byte 0xe9); re-save the file as UTF-8 "
+        '(Excel: "CSV UTF-8") and run again [check: review_utf8]'
+    )
+
+
+def test_review_with_a_byte_order_mark_is_read(tmp_path, apply_review):
+    data, reviewed = review_case(tmp_path, decision="keep")
+    reviewed.write_bytes(b"\xef\xbb\xbf" + reviewed.read_bytes())
+    status, _, overrides = apply_review(reviewed, data)
+    assert status == 0
+    assert json.loads(overrides.read_text(encoding="utf-8"))["tool"] == "check_balance"
+
+
+def test_row_shorter_than_the_header_is_one_located_line(tmp_path, apply_review):
+    data, reviewed = review_case(tmp_path, decision="keep")
+    with reviewed.open("a", encoding="utf-8") as handle:
+        handle.write("r-1,eval,source\n")
+    status, err, _ = apply_review(reviewed, data)
+    assert (status, err[0]) == (
+        1,
+        f"{reviewed}:3: 3 cell(s) where the header has 15 [check: review_row_complete]",
+    )
+
+
+def test_half_written_overrides_line_is_named_and_left_alone(tmp_path, apply_review):
+    data, reviewed = review_case(tmp_path, decision="keep")
+    overrides = tmp_path / "label_overrides.jsonl"
+    half = '{"id": "a", "tool": "withdraw", "reason": "r", "reviewer": "ana"}\n{"id": "b", "to'
+    overrides.write_text(half, encoding="utf-8")
+    status, err, _ = apply_review(reviewed, data)
+    assert status == 1
+    assert err[0].startswith(f"{overrides}:2: line: Invalid JSON")
+    assert err[0].endswith("[check: override_valid]")
+    assert overrides.read_text(encoding="utf-8") == half
+
+
+# --- one line and an exit code ----------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_unreachable_prefect_api_is_one_line_before_anything_runs(tmp_path, capfd):
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    url = f"http://127.0.0.1:{closed_port()}/api"
+    started = time.monotonic()
+    with temporary_settings({PREFECT_API_URL: url}), pytest.raises(SystemExit) as exit_:
+        cli.main(["validate", str(data), "--out", str(tmp_path / "runs")])
+    assert exit_.value.code == 2 and time.monotonic() - started < 10
+    out, err = capfd.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"toolgrpo: cannot reach the Prefect API at {url}: ")
+    assert line.endswith("; unset PREFECT_API_URL to use a temporary local server")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_failing_command_prints_its_lines_and_no_traceback(prefect_harness, tmp_path):
+    """The console script in its own process, as a user runs it (on the session's server)."""
+    data, reviewed = review_case(tmp_path, decided("r-1", "launch_rocket", "keep"))
+    overrides = tmp_path / "label_overrides.jsonl"
+    command = [Path(sys.executable).parent / "toolgrpo", "mine", "apply-review", reviewed]
+    command += ["--overrides", overrides, "--data", data]
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.splitlines()[-2:] == [
+        f"{reviewed}:2: id r-1: label 'launch_rocket' is not a tool of data/tools.json "
+        "(or 'keep') [check: decision_known]",
+        f"toolgrpo mine apply-review: 1 problem(s); nothing was written to {overrides}",
+    ]
+
+
+def test_folder_given_to_validate_is_called_a_folder(tmp_path, capsys):
+    assert cli.validate(tmp_path, out=tmp_path / "runs") == 2
+    assert capsys.readouterr().err == (
+        f"toolgrpo validate: a folder, not a file: {tmp_path} (pass the files in it)\n"
+    )
+
+
+def test_folder_among_sample_files_is_a_located_problem(tmp_path):
+    loaded = load_samples.fn([tmp_path])
+    assert [str(p) for p in loaded.problems] == [
+        f"{tmp_path}: is a folder, not a JSONL or parquet file: pass the files in it "
+        "[check: file_readable]"
+    ]
+
+
+# --- oversized values --------------------------------------------------------------------------
+
+
+def test_ten_megabyte_values_are_cut_and_limited_by_their_own_checks(
+    prefect_harness, tmp_path, capsys
+):
+    huge_tool = "x" * TEN_MB
+    huge_thought = solution(thought="t" * TEN_MB)
+    data = write_lines(
+        tmp_path / "rows.jsonl",
+        GOOD,
+        row_bytes(id="huge-tool", tool=huge_tool),
+        row_bytes(id="huge-thought", solution=huge_thought),
+    )
+    assert cli.validate(data, out=tmp_path / "runs") == 1
+    out = capsys.readouterr().out
+    assert len(out) < 5_000
+    assert f'tool "{"x" * 200}… ({TEN_MB:,} characters)" is not in data/tools.json' in out
+    assert f"{data}:3: solution has {len(huge_thought)} characters (at most 4000) " in out
+    assert "[check: solution_within_length]" in out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    for report in ("report.md", "failures.csv", "data_quality.json"):
+        assert (run_dir / report).stat().st_size < 50_000, report

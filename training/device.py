@@ -1,0 +1,91 @@
+"""Where a stage runs: `runtime.device` resolved against this machine before anything trains.
+
+`auto` takes CUDA when the machine has it and the CPU otherwise; `cuda` without a device stops
+with one line. On the CPU the settings only a GPU runs are turned off, in one logged line: bf16
+(the weights train, save and evaluate in float32) and vLLM (TRL samples with `generate`). Engines
+that cannot start here (vLLM or DeepSpeed not installed, DeepSpeed without CUDA) stop with one
+line saying what to install or set. A resolved config resolves to itself, so the Prefect task
+and the training process it starts agree, and the config saved beside a model says where it
+trained (what evaluation follows).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from toolgrpo.training.config import ConfigError, TrainConfig, accelerate_engine
+
+
+class Placement(NamedTuple):
+    """A config whose `runtime.device` is `cpu` or `cuda`, and what was changed to get there."""
+
+    config: TrainConfig
+    note: str | None
+
+
+def is_installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def place(
+    config: TrainConfig, *, cuda: bool, installed: Callable[[str], bool] = is_installed
+) -> Placement:
+    """`config` on a machine with (`cuda=True`) or without a CUDA device; raises `ConfigError`
+    with what to set when it cannot run there."""
+    requested = config.runtime.device
+    if requested == "cuda" and not cuda:
+        raise ConfigError(
+            "runtime.device is 'cuda' but this machine has no CUDA device: set "
+            "runtime.device=auto (or cpu) to train on the CPU"
+        )
+    device = "cuda" if requested == "cuda" or (requested == "auto" and cuda) else "cpu"
+    changes: dict[str, Any] = {"runtime.device": device}
+    turned_off = []
+    if device == "cpu":
+        for path, name in (("model.bf16", "bf16"), ("grpo.use_vllm", "vLLM")):
+            section, field = path.split(".")
+            if getattr(getattr(config, section), field):
+                changes[path] = False
+                turned_off.append(f"{name} off ({path}=false)")
+    placed = config.with_overrides(changes)
+    _check_engines(placed, installed)
+    if device == "cpu" and (requested == "auto" or turned_off):
+        reason = "no CUDA device" if requested == "auto" else "runtime.device=cpu"
+        what = f"; {', '.join(turned_off)}" if turned_off else ""
+        fix = "; set runtime.device=cuda to stop instead" if requested == "auto" else ""
+        return Placement(placed, f"{reason}: training on the CPU in float32{what}{fix}")
+    return Placement(placed, None)
+
+
+def _check_engines(config: TrainConfig, installed: Callable[[str], bool]) -> None:
+    """Stop before launching an engine the machine cannot start."""
+    if config.grpo.use_vllm and not installed("vllm"):
+        raise ConfigError(
+            "grpo.use_vllm is true but vLLM is not installed: `pip install vllm` on the CUDA "
+            "machine, or set grpo.use_vllm=false"
+        )
+    runtime = config.runtime
+    if runtime.num_processes > 1 and accelerate_engine(runtime.accelerate_config)[0] == "DEEPSPEED":
+        if runtime.device == "cpu":
+            raise ConfigError(
+                f"runtime.accelerate_config {runtime.accelerate_config!r} is DeepSpeed, which "
+                "needs CUDA devices: use runtime.accelerate_config=multi_gpu on the CPU"
+            )
+        if not installed("deepspeed"):
+            raise ConfigError(
+                f"runtime.accelerate_config {runtime.accelerate_config!r} is DeepSpeed, which "
+                "is not installed: pip install 'toolgrpo[deepspeed]'"
+            )
+
+
+def place_here(config: TrainConfig) -> Placement:
+    """`place` on this machine."""
+    return place(config, cuda=cuda_available())
