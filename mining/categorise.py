@@ -35,18 +35,18 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolgrpo.mining.confident import label_quality
-from toolgrpo.mining.evidence import (
-    keyword_hits,
-    keyword_patterns,
-    mask_identifiers,
-    request_template,
-    request_text,
-)
+from toolgrpo.mining.evidence import request_template
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.schemas.predictions import probability_columns
 from toolgrpo.schemas.samples import normalised_prompt
 from toolgrpo.validation.context import LabelInconsistency
+from toolgrpo.validation.wording import (
+    keyword_hits,
+    keyword_patterns,
+    mask_identifiers,
+    request_text,
+)
 
 # The model is "confident" in a tool it was not taught when it gives it at least this probability.
 CONFIDENT = 0.9

@@ -18,6 +18,12 @@ The rules, by the name reports give them (`[check: name]`):
 - `step_not_repeated`: a step does not redo the step its history shows was just executed: the
   same tool, with the same params when the scenario's row for that step is labelled with it
   (a second transfer with other params is a new step).
+- `step_named_by_request`: the last step of a scenario without a condition does what the
+  request still asks for: when the request's words (`validation.wording`) name exactly one tool
+  its history has not done yet, a last step whose tool the request does not name at all is
+  suspect ("Transfer 40 rupees …, then show me what's left" labelled get_transactions). Not for
+  conditional scenarios, whose checks (check_balance before an order) the request leaves
+  unsaid, nor for replies.
 - `branch_matches_figures`: a conditional step (`condition`, or a multi-step reply) acts when the
   figures its prompt states meet the request's condition and replies when they do not: the
   balance against the amount asked; the balance against quantity × the quoted price; the quoted
@@ -44,11 +50,13 @@ from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.schemas.problems import Problem
 from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER, condition_branch
 from toolgrpo.training.rewards import thought_action_consistent
+from toolgrpo.validation.wording import keyword_hits, keyword_patterns, mask_identifiers
 
 THOUGHT_ANNOUNCES_ACTION = "thought_announces_action"
 PLAN_STARTS_WITH_ACTION = "plan_starts_with_action"
 STEP_MATCHES_HISTORY = "step_matches_history"
 STEP_NOT_REPEATED = "step_not_repeated"
+STEP_NAMED_BY_REQUEST = "step_named_by_request"
 BRANCH_MATCHES_FIGURES = "branch_matches_figures"
 REPLY_TOOL = "respond"
 
@@ -269,6 +277,34 @@ def step_not_repeated(label: _Label, scenario: dict[int, _Label]) -> LabelIncons
     )
 
 
+@cache
+def _request_patterns() -> dict[str, re.Pattern[str]]:
+    return keyword_patterns(default_catalogue())
+
+
+def step_named_by_request(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+    """The last step of a scenario without a condition does what the request still asks for."""
+    last = label.step == max(scenario) and label.step > 1
+    conditional = any(step.replies is not None for step in scenario.values())
+    if not last or conditional or label.tool == REPLY_TOOL:
+        return None
+    named = keyword_hits(mask_identifiers(label.request), _request_patterns())
+    remaining = sorted(set(named) - {done.tool for done in label.history.values()})
+    if label.tool in named or len(remaining) != 1:
+        return None
+    (asked,) = remaining
+    words = ", ".join(f'"{word}"' for word in dict.fromkeys(named[asked]))
+    return LabelInconsistency(
+        id=label.id,
+        file=label.file,
+        line=label.line,
+        check=STEP_NAMED_BY_REQUEST,
+        evidence=f"the request still asks for {asked} ({words}), which its history has not "
+        f"done; the last step is labelled {label.tool}, which the request does not name",
+        alternative=asked,
+    )
+
+
 def _observed(label: _Label, tool: str) -> Amount | None:
     """The one amount the latest executed `tool` step reports (a balance, a price)."""
     for step in sorted(label.history, reverse=True):
@@ -342,6 +378,7 @@ RULES = (
     plan_starts_with_action,
     step_matches_history,
     step_not_repeated,
+    step_named_by_request,
     branch_matches_figures,
 )
 

@@ -16,7 +16,7 @@ from toolgrpo.evaluation.predict import sample_source
 from toolgrpo.flows import cli
 from toolgrpo.mining.categorise import Category, categorise
 from toolgrpo.mining.confident import overlapping_tool_pairs, ranked_label_issues
-from toolgrpo.mining.evidence import keyword_hits, keyword_patterns, request_template
+from toolgrpo.mining.evidence import request_template
 from toolgrpo.mining.folds import fold_config, scenario_folds
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.mining.review import ReviewError, overrides_from_review
@@ -24,6 +24,7 @@ from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine, write_label_overrides
 from toolgrpo.training.config import load_preset
+from toolgrpo.validation.wording import keyword_hits, keyword_patterns
 
 PATTERNS = keyword_patterns(CATALOGUE)
 
