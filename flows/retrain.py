@@ -72,8 +72,10 @@ class RetrainParams(BaseModel):
     audit_training_rows: bool = Field(True, description="also mine the training rows")
     # A flow parameter, not a training config field: it trains extra models for mining and
     # changes none of the run's weights (README: "Label checks and the cross-fitted audit").
+    # Off by default: K fold models cost (K - 1) SFT runs of the whole data on top of the main
+    # job, and the context checks find the planted mistakes without them (README).
     audit_folds: int = Field(
-        3, ge=0, description="fold models scoring the training rows out of sample; 0 or 1: none"
+        0, ge=0, description="fold models scoring the training rows out of sample; 0 or 1: none"
     )
     stage_timeout_s: float = Field(3 * 3600, gt=0, description="deadline of each training stage")
 

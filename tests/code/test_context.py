@@ -18,6 +18,7 @@ from toolgrpo.validation.context import (
     BRANCH_MATCHES_FIGURES,
     PLAN_STARTS_WITH_ACTION,
     STEP_MATCHES_HISTORY,
+    STEP_NAMED_BY_REQUEST,
     STEP_NOT_REPEATED,
     THOUGHT_ANNOUNCES_ACTION,
     Amount,
@@ -177,6 +178,40 @@ def test_the_same_tool_again_with_other_params_is_a_step_of_its_own(tmp_path):
     first = _row(1, TRANSFER, [])
     second = _row(2, other, ["transfer_funds → sent 10万"])
     assert _found(tmp_path, first, second) == []
+
+
+STATEMENT = (
+    "get_transactions",
+    {"account": "ACC001", "days": 30},
+    "Then I list the last 30 days of transactions of ACC001.",
+    ["list 30 days"],
+)
+
+
+@pytest.mark.parametrize(
+    ("last", "request_text", "flagged"),
+    [
+        (STATEMENT, "Transfer 10万 from ACC001 to ACC002, then show me what's left.", True),
+        (STATEMENT, "从 ACC001 转 10万 到 ACC002，然后查一下余额", True),
+        (CHECK, "Transfer 10万 from ACC001 to ACC002, then show me what's left.", False),
+        # "my checking account" is an account, not a balance check
+        (STATEMENT, "Send 10万 to my checking account, walk me through 30 days.", False),
+    ],
+)
+def test_a_last_step_the_request_does_not_ask_for(tmp_path, last, request_text, flagged):
+    """The request still asks for one tool its history has not done; the last step is
+    labelled with a tool the request never names."""
+    rows = [_row(1, TRANSFER, []), _row(2, last, ["transfer_funds → sent 10万 to ACC002"])]
+    for row in rows:
+        row["prompt"] = request_text + row["prompt"][len(REQUEST) :]
+    found = _found(tmp_path, *rows)
+    expected = [("s-2", STEP_NAMED_BY_REQUEST, "check_balance")] if flagged else []
+    assert [(f.id, f.check, f.alternative) for f in found] == expected
+
+
+def test_a_conditional_scenario_leaves_its_unsaid_checks_alone(tmp_path):
+    """'If ACC001 can cover it, buy …' names no balance check, yet step 1 checks it."""
+    assert _found(tmp_path, *scenario()) == []
 
 
 @pytest.mark.parametrize(
