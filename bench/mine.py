@@ -1,33 +1,55 @@
-"""Score the error miner against the planted label ambiguity, side by side with cleanlab alone.
+"""Score the error miner against planted label errors: the shipped wording ambiguity, and kinds
+of annotator mistakes whose evidence is in the context, planted in a temporary copy.
 
 The shipped data plants rows worded as withdraw requests but labelled check_balance; their ids
-are in data/planted_ambiguity.json, which only tests and benchmarks read. This prints, for the
-miner's `label ambiguity` flags and for cleanlab's `find_label_issues` on the same per-tool
-probabilities: rows flagged, planted rows found, recall and precision, and the ratio.
+are in data/planted_ambiguity.json, which only tests and benchmarks read. The default command
+scores the miner's `label ambiguity` flags on given predictions, side by side with cleanlab's
+`find_label_issues` on the same per-tool probabilities:
 
     python bench/mine.py --eval-predictions E.parquet [--train-predictions T.parquet]
     python bench/mine.py --model DIR     # evaluates the shipped eval and train files first
 
-Goal (issue 5): recall >= 90%, precision >= 80%.
+`planted` copies the shipped training files to a temporary folder, plants the mistakes of
+`KINDS` there (seeded, each kind in scenarios of its own; the shipped files are only read),
+runs the real main job on the copy (`toolgrpo run --train …`: gate, training, evaluation, the
+cross-fitted audit, mining) and prints recall per kind, precision over every training row
+flagged as a label issue, and each false alarm with its evidence:
+
+    python bench/mine.py planted [--preset cpu] [--set FIELD=VALUE]… [--audit-folds K]
+    python bench/mine.py planted --run RUN_DIR   # re-mine a planted run's predictions, no training
+
+Goals (issue 17): recall >= 80% on every kind, precision >= 80%, the wording kind 9/9, no false
+alarm on the shipped rows.
 """
 
 from __future__ import annotations
 
 import json
+import random
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated, Any
 
 import cyclopts
 import polars as pl
+from cyclopts import Parameter
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import EvalSettings, predict
+from toolgrpo.flows.cli import config_overrides
+from toolgrpo.mining.categorise import LABEL_ISSUES
 from toolgrpo.mining.confident import ranked_label_issues
-from toolgrpo.mining.report import mine_errors
+from toolgrpo.mining.report import MiningReport, mine_errors
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.validation.loader import load_samples
 
 app = cyclopts.App(help=__doc__)
+Row = dict[str, Any]
+WORDING = "wording (shipped)"
+ANSWER_KEY = "planted.json"
+ROWS_PER_KIND = 12
 
 
 def _score(flagged: set[str], planted: set[str]) -> dict[str, object]:
@@ -42,6 +64,10 @@ def _score(flagged: set[str], planted: set[str]) -> dict[str, object]:
 
 def _percent(value: object) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def _shipped_wording_ids() -> set[str]:
+    return set(json.loads((DATA_DIR / "planted_ambiguity.json").read_text())["ids"])
 
 
 @app.default
@@ -68,7 +94,7 @@ def main(
         raise SystemExit("pass --model DIR or --eval-predictions FILE")
 
     mined_ids = set(pl.concat([f.select("id") for f in frames])["id"])
-    planted = set(json.loads((DATA_DIR / "planted_ambiguity.json").read_text())["ids"]) & mined_ids
+    planted = _shipped_wording_ids() & mined_ids
     started = time.perf_counter()
     report = mine_errors(frames[0], frames[1] if len(frames) > 1 else None, catalogue)
     seconds = time.perf_counter() - started
@@ -98,6 +124,276 @@ def main(
         f"eval accuracy {_percent(report.accuracy.accuracy)}, without flagged rows "
         f"{_percent(report.accuracy.accuracy_without_flagged)}"
     )
+
+
+# --- realistic annotator mistakes, planted in a copy of the training files --------------------
+
+
+def _solution(row: Row) -> dict[str, Any]:
+    return json.loads(row["solution"])
+
+
+def _relabelled(row: Row, tool: str, solution: dict[str, Any], condition: str | None) -> Row:
+    text = json.dumps(solution, ensure_ascii=False)
+    return {**row, "tool": tool, "solution": text, "condition": condition}
+
+
+# What an annotator who misread the figures writes: a reply, in the row's language.
+_REFUSAL = {
+    "en": (
+        "The condition is not met, so now I reply to the user.",
+        "The condition you set is not met, so I did not go ahead.",
+        "tell the user why not",
+    ),
+    "zh": (
+        "条件不满足，所以现在需要回复用户。",
+        "您设定的条件不满足，所以没有执行。",
+        "告诉用户原因",
+    ),
+}
+_SAME_PARAMS = {"deposit": "withdraw", "withdraw": "deposit"}
+
+
+def misread_figures(scenario: list[Row], rng: random.Random) -> list[Row] | None:
+    """A condition that holds labelled as failing: the figures misread (10万 as 1万), a reply."""
+    last = scenario[-1]
+    if last.get("condition") != "holds":
+        return None
+    thought, message, step = _REFUSAL[last["lang"]]
+    action = {"tool": "respond", "params": {"message": message}}
+    return [
+        _relabelled(
+            last, "respond", {"thought": thought, "action": action, "plan": [step]}, "fails"
+        )
+    ]
+
+
+def copy_row_above(scenario: list[Row], rng: random.Random) -> list[Row] | None:
+    """Step k labelled with step k-1's answer: the row above pasted again."""
+    k = rng.randrange(1, len(scenario))
+    above = scenario[k - 1]
+    return [_relabelled(scenario[k], above["tool"], _solution(above), None)]
+
+
+def change_tool_keep_reasoning(scenario: list[Row], rng: random.Random) -> list[Row] | None:
+    """A deposit relabelled withdraw (or back), the tool fixed but thought and plan left as they
+    were: the params fit both tools, so the row passes the gate."""
+    candidates = [row for row in scenario if row["tool"] in _SAME_PARAMS]
+    if not candidates:
+        return None
+    row = rng.choice(candidates)
+    solution, tool = _solution(row), _SAME_PARAMS[row["tool"]]
+    solution["action"]["tool"] = tool
+    return [_relabelled(row, tool, solution, row.get("condition"))]
+
+
+def label_the_goal_first(scenario: list[Row], rng: random.Random) -> list[Row] | None:
+    """Step 1 of a conditional scenario labelled with its goal (the last step's action): the
+    check the request asks for first skipped, as the case study's model did."""
+    first, last = scenario[0], scenario[-1]
+    if last.get("condition") != "holds":
+        return None
+    return [_relabelled(first, last["tool"], _solution(last), None)]
+
+
+def swap_adjacent_steps(scenario: list[Row], rng: random.Random) -> list[Row] | None:
+    """Two adjacent steps' answers swapped (pasted one row off), in a scenario without a
+    condition (a condition on step 1 would fail the gate)."""
+    if any(row.get("condition") for row in scenario):
+        return None
+    k = rng.randrange(len(scenario) - 1)
+    first, second = scenario[k], scenario[k + 1]
+    return [
+        _relabelled(first, second["tool"], _solution(second), None),
+        _relabelled(second, first["tool"], _solution(first), None),
+    ]
+
+
+# A coherent answer for the tool a misunderstood request suggests: balance ↔ statement.
+_REWRITTEN = {
+    "check_balance": (
+        "get_transactions",
+        {
+            "en": ("Then I list the last 30 days of transactions of {account}.", "list 30 days"),
+            "zh": ("然后列出 {account} 最近 30 天的交易记录。", "列出 30 天交易记录"),
+        },
+    ),
+    "get_transactions": (
+        "check_balance",
+        {
+            "en": ("Then I check the balance of {account}.", "check the balance of {account}"),
+            "zh": ("然后查询 {account} 的余额。", "查询 {account} 余额"),
+        },
+    ),
+}
+
+
+def rewrite_for_another_tool(scenario: list[Row], rng: random.Random) -> list[Row] | None:
+    """The last step answered, coherently, for the tool a misread request suggests (the new
+    balance read as a statement, or back): thought, action and plan agree with each other."""
+    last = scenario[-1]
+    if last["tool"] not in _REWRITTEN:
+        return None
+    tool, wording = _REWRITTEN[last["tool"]]
+    account = _solution(last)["action"]["params"]["account"]
+    thought, step = (text.format(account=account) for text in wording[last["lang"]])
+    params = {"account": account} | ({"days": 30} if tool == "get_transactions" else {})
+    solution = {"thought": thought, "action": {"tool": tool, "params": params}, "plan": [step]}
+    return [_relabelled(last, tool, solution, None)]
+
+
+KINDS: dict[str, Callable[[list[Row], random.Random], list[Row] | None]] = {
+    "misread figures": misread_figures,
+    "copied row above": copy_row_above,
+    "tool changed, reasoning kept": change_tool_keep_reasoning,
+    "goal labelled first": label_the_goal_first,
+    "adjacent steps swapped": swap_adjacent_steps,
+    "answer rewritten for another tool": rewrite_for_another_tool,
+}
+
+
+def plant_mistakes(rows: list[Row], seed: int = 0) -> tuple[list[Row], dict[str, str]]:
+    """`rows` (the shipped training rows) with `ROWS_PER_KIND` rows of every kind replaced, and
+    the answer key (id → kind). Each kind takes whole multi-step scenarios of its own, half of
+    them English; scenarios holding a shipped planted row are left alone."""
+    rng = random.Random(seed)
+    shipped_planted = _shipped_wording_ids()
+    scenarios: dict[str, list[Row]] = {}
+    for row in rows:
+        if row["kind"] == "multi":
+            scenarios.setdefault(row["scenario_id"], []).append(row)
+    order = sorted(scenarios)
+    rng.shuffle(order)
+    used = {s for s in order if any(r["id"] in shipped_planted for r in scenarios[s])}
+    replaced: dict[str, Row] = {}
+    key: dict[str, str] = {}
+    for kind, plant in KINDS.items():
+        planted_rows = 0
+        for scenario_id in order:
+            scenario = sorted(scenarios[scenario_id], key=lambda row: row["step"])
+            lang = "en" if planted_rows < ROWS_PER_KIND // 2 else "zh"
+            if scenario_id in used or scenario[0]["lang"] != lang:
+                continue
+            changed = plant(scenario, rng)
+            if changed is None:
+                continue
+            used.add(scenario_id)
+            for row in changed:
+                replaced[row["id"]], key[row["id"]] = row, kind
+            planted_rows += len(changed)
+            if planted_rows >= ROWS_PER_KIND:
+                break
+    return [replaced.get(row["id"], row) for row in rows], key
+
+
+def write_planted_copy(folder: Path, seed: int) -> tuple[list[Path], dict[str, str]]:
+    """The shipped training files with mistakes planted, written to `folder` with the answer key
+    (`planted.json`); returns the files and the key."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = sorted((DATA_DIR / "train").glob("*.jsonl"))
+    per_file = {
+        path: [json.loads(line) for line in path.read_text().splitlines()] for path in paths
+    }
+    planted, key = plant_mistakes([row for rows in per_file.values() for row in rows], seed)
+    by_id = {row["id"]: row for row in planted}
+    copies = []
+    for path, rows in per_file.items():
+        copy = folder / path.name
+        lines = [{k: v for k, v in by_id[r["id"]].items() if v is not None} for r in rows]
+        copy.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines))
+        copies.append(copy)
+    (folder / ANSWER_KEY).write_text(json.dumps(key, indent=2, ensure_ascii=False) + "\n")
+    return copies, key
+
+
+def _remined(run_dir: Path, train_files: list[Path]) -> tuple[MiningReport, set[str]]:
+    """A planted run's saved predictions mined again with the current miner, and the training
+    rows cleanlab flags on the in-sample audit (the comparison the cross-fitted audit answers)."""
+    eval_files = sorted((DATA_DIR / "eval").glob("*.jsonl"))
+    labels = load_samples([*train_files, *eval_files]).frame
+    audit_path, cross_fitted_path = run_dir / "eval_train", run_dir / "audit"
+    audit = pl.read_parquet(audit_path / "predictions.parquet")
+    cross_fitted_file = cross_fitted_path / "predictions.parquet"
+    cross_fitted = pl.read_parquet(cross_fitted_file) if cross_fitted_file.is_file() else None
+    predictions = pl.read_parquet(run_dir / "eval_grpo" / "predictions.parquet")
+    report = mine_errors(predictions, audit, None, cross_fitted, labels)
+    return report, set(ranked_label_issues(audit, load_catalogue()))
+
+
+def print_planted_scores(
+    report: MiningReport, key: dict[str, str], in_sample_cleanlab: set[str]
+) -> None:
+    """Recall per kind, precision over the flagged training rows, the false alarms."""
+    flagged = {f.id: f for f in report.findings if f.category in LABEL_ISSUES}
+    wording = _shipped_wording_ids()
+    kinds = {WORDING: wording} | {kind: {i for i, k in key.items() if k == kind} for kind in KINDS}
+    out_of_sample = (
+        set(report.label_issues.get("train", [])) if report.label_issues_out_of_sample else set()
+    )
+    columns = ["kind", "planted", "flagged (recall)", "by a context rule"]
+    columns += ["cleanlab out of sample", "cleanlab in sample"]
+    print("| " + " | ".join(columns) + " |")
+    print("|---|---|---|---|---|---|")
+    for kind, ids in kinds.items():
+        found = ids & set(flagged)
+        by_rule = {i for i in found if flagged[i].category.value == "label inconsistency"}
+        print(
+            f"| {kind} | {len(ids)} | {len(found)} ({_percent(len(found) / len(ids))}) | "
+            f"{len(by_rule)} | {len(ids & out_of_sample)} | {len(ids & in_sample_cleanlab)} |"
+        )
+    train_flagged = {i for i, f in flagged.items() if f.split == "train"}
+    planted = set(key) | wording
+    true = train_flagged & planted
+    print(
+        f"\nprecision over flagged training rows: {len(true)}/{len(train_flagged)} "
+        f"({_percent(len(true) / len(train_flagged) if train_flagged else None)}); "
+        f"cleanlab out of sample flags {len(out_of_sample)} training rows "
+        f"({len(out_of_sample & planted)} planted), in sample {len(in_sample_cleanlab)} "
+        f"({len(in_sample_cleanlab & planted)} planted)"
+    )
+    alarms = [f for i, f in flagged.items() if i not in planted]
+    print(f"false alarms (flagged, not planted): {len(alarms)}")
+    for finding in alarms:
+        print(f"- {finding.id} ({finding.split}, {finding.category.value}): {finding.evidence}")
+
+
+@app.command
+def planted(
+    *,
+    preset: str = "cpu",
+    set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
+    audit_folds: int | None = None,
+    seed: int = 0,
+    out: Path | None = None,
+    run: Path | None = None,
+) -> None:
+    """Plant the mistakes of `KINDS` in a copy of the training files (in OUT, default a new
+    temporary folder), run the main job on it and score the miner; with RUN (an earlier
+    planted run's folder), re-mine its saved predictions instead of training."""
+    from toolgrpo.flows.retrain import RetrainParams, retrain
+
+    if run is not None:
+        folder = run.parent.parent
+        key = json.loads((folder / ANSWER_KEY).read_text())
+        train_files = sorted(folder.glob("*.jsonl"))
+    else:
+        folder = out or Path(tempfile.mkdtemp(prefix="toolgrpo-planted-"))
+        train_files, key = write_planted_copy(folder, seed)
+        print(f"planted {len(key)} rows in {folder}; running the main job on them")
+        started = time.perf_counter()
+        params = RetrainParams(
+            preset=preset,
+            train_files=train_files,
+            out=folder / "runs",
+            config=config_overrides(set_ or []),
+            **({"audit_folds": audit_folds} if audit_folds is not None else {}),
+        )
+        summary = retrain(params)
+        run = summary.run_dir
+        stages = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in summary.wall_s.items())
+        print(f"main job: {time.perf_counter() - started:.0f} s ({stages}); run: {run}")
+    report, in_sample = _remined(run, train_files)
+    print_planted_scores(report, key, in_sample)
 
 
 if __name__ == "__main__":

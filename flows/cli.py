@@ -331,17 +331,22 @@ def config_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def _retrain_params(
-    preset: str, train: list[Path] | None, eval_: list[Path] | None, out: Path, set_: list[str]
+    preset: str,
+    train: list[Path] | None,
+    eval_: list[Path] | None,
+    out: Path,
+    set_: list[str],
+    audit_folds: int | None = None,
 ):
     from toolgrpo.flows.retrain import RetrainParams
     from toolgrpo.training.config import load_preset
 
-    given = {"train_files": train, "eval_files": eval_}
+    given = {"train_files": train or None, "eval_files": eval_ or None, "audit_folds": audit_folds}
     params = RetrainParams(
         preset=preset,
         out=out,
         config=config_overrides(set_),
-        **{k: v for k, v in given.items() if v},
+        **{k: v for k, v in given.items() if v is not None},
     )
     load_preset(params.preset, params.config)  # a bad field or value stops before any run
     return params
@@ -357,12 +362,15 @@ def run(
     ] = None,
     out: Path = Path("runs"),
     set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
+    audit_folds: int | None = None,
 ) -> int:
     """The main job: data gate, SFT, evaluate, GRPO + NGRPO, evaluate, mine, report.
 
     TRAIN and EVAL default to the shipped data; --set FIELD=VALUE overrides a training config
-    field (repeatable, e.g. --set grpo.max_steps=20). Prints where the report is and the
-    before/after accuracy. Exit 0: done; 1: the data gate or a stage failed; 2: usage error.
+    field (repeatable, e.g. --set grpo.max_steps=20); --audit-folds N sets how many fold models
+    score the training rows out of sample for mining (0: none; default: the flow's). Prints
+    where the report is and the before/after accuracy. Exit 0: done; 1: the data gate or a
+    stage failed; 2: usage error.
     """
     from pydantic import ValidationError
 
@@ -378,7 +386,7 @@ def run(
         say(f"toolgrpo run: no such file: {', '.join(map(str, missing))}", error=True)
         return 2
     try:
-        params = _retrain_params(preset, train, eval_, out, set_ or [])
+        params = _retrain_params(preset, train, eval_, out, set_ or [], audit_folds)
     except (ValueError, ValidationError, ConfigError) as error:
         say(f"toolgrpo run: {error}", error=True)
         return 2

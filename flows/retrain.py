@@ -25,6 +25,7 @@ from toolgrpo.reporting.run_report import before_after_rows
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.schemas.samples import TRAINING_COLUMNS
+from toolgrpo.tasks.audit import cross_fitted_audit
 from toolgrpo.tasks.evaluate import evaluate_model
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
@@ -69,6 +70,13 @@ class RetrainParams(BaseModel):
         default_factory=dict, description="training config fields to override (training.config)"
     )
     audit_training_rows: bool = Field(True, description="also mine the training rows")
+    # A flow parameter, not a training config field: it trains extra models for mining and
+    # changes none of the run's weights (README: "Label checks and the cross-fitted audit").
+    # Off by default: K fold models cost (K - 1) SFT runs of the whole data on top of the main
+    # job, and the context checks find the planted mistakes without them (README).
+    audit_folds: int = Field(
+        0, ge=0, description="fold models scoring the training rows out of sample; 0 or 1: none"
+    )
     stage_timeout_s: float = Field(3 * 3600, gt=0, description="deadline of each training stage")
 
 
@@ -215,10 +223,24 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     wall["evaluate"] = time.monotonic() - started
 
     started = time.monotonic()
+    cross_fitted = cross_fitted_audit(
+        train_rows,
+        [single_path, multi_path],
+        config,
+        key,
+        params.audit_folds,
+        run_dir / "audit",
+        params.stage_timeout_s,
+    )
+    wall["cross-fitted audit"] = time.monotonic() - started
+
+    started = time.monotonic()
     mining = mine(
         pl.read_parquet(after.predictions_path),
         pl.read_parquet(audit.predictions_path) if audit else None,
         run_dir / "mining",
+        cross_fitted=cross_fitted,
+        labels=loaded.frame,
     )
     wall["mine"] = time.monotonic() - started
 

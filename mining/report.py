@@ -10,10 +10,11 @@ from pydantic import BaseModel, Field
 from toolgrpo.mining.categorise import LABEL_ISSUES, Category, Finding, categorise
 from toolgrpo.mining.confident import OverlappingPair, overlapping_tool_pairs, ranked_label_issues
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.validation.context import label_inconsistencies
 
 
 class FlaggedAccuracy(BaseModel):
-    """Eval accuracy with and without the rows flagged as label ambiguity or conflict."""
+    """Eval accuracy with and without the rows flagged as a label issue (`LABEL_ISSUES`)."""
 
     n_rows: int
     accuracy: float | None
@@ -28,8 +29,12 @@ class MiningReport(BaseModel):
     accuracy: FlaggedAccuracy
     overlapping_pairs: list[OverlappingPair]
     label_issues: dict[str, list[str]] = Field(description="split → ids cleanlab flags, ranked")
+    label_issues_out_of_sample: bool = Field(
+        description="cleanlab read the cross-fitted audit's probabilities for the train rows"
+    )
     ambiguity_ids: list[str]
     conflict_ids: list[str]
+    inconsistency_ids: list[str]
     findings: list[Finding]
 
 
@@ -52,26 +57,48 @@ def mine_errors(
     predictions: pl.DataFrame,
     audit: pl.DataFrame | None = None,
     catalogue: Catalogue | None = None,
+    cross_fitted: pl.DataFrame | None = None,
+    labels: pl.DataFrame | None = None,
 ) -> MiningReport:
-    """Categorise eval errors and label issues; `audit` is the predictions frame of the
-    training rows (the data audit), mined with the eval rows and used as their neighbours."""
+    """Categorise eval errors and label issues.
+
+    `audit`: the predictions frame of the training rows (the data audit), mined with the eval
+    rows and used as their neighbours. `cross_fitted`: the training rows' out-of-sample
+    predictions (`tasks.audit`); confident learning reads them instead of `audit`'s, and they
+    stand in for `audit` when there is none. `labels`: the sample rows (the loader's frame,
+    solutions included), checked against their context (`validation.context`).
+    """
     catalogue = catalogue or default_catalogue()
-    frames = {"eval": predictions} | ({"train": audit} if audit is not None else {})
-    label_issues = {split: ranked_label_issues(f, catalogue) for split, f in frames.items()}
-    findings = categorise(frames, catalogue, {i for ids in label_issues.values() for i in ids})
+    train = audit if audit is not None else cross_fitted
+    frames = {"eval": predictions} | ({"train": train} if train is not None else {})
+    scored = frames | ({"train": cross_fitted} if cross_fitted is not None else {})
+    label_issues = {split: ranked_label_issues(f, catalogue) for split, f in scored.items()}
+    findings = categorise(
+        frames,
+        catalogue,
+        {i for ids in label_issues.values() for i in ids},
+        label_inconsistencies(labels) if labels is not None else (),
+        scored,
+    )
     counts: dict[str, dict[str, int]] = defaultdict(dict)
     for (split, category), n in Counter((f.split, f.category) for f in findings).items():
         counts[split][category.value] = n
     flagged = {f.id for f in findings if f.category in LABEL_ISSUES and f.split == "eval"}
+
+    def ids(category: Category) -> list[str]:
+        return [f.id for f in findings if f.category == category]
+
     return MiningReport(
         counts=dict(counts),
         accuracy=_flagged_accuracy(predictions, flagged),
         overlapping_pairs=overlapping_tool_pairs(
-            pl.concat(frames.values(), how="diagonal_relaxed"), catalogue
+            pl.concat(scored.values(), how="diagonal_relaxed"), catalogue
         ),
         label_issues=label_issues,
-        ambiguity_ids=[f.id for f in findings if f.category == Category.LABEL_AMBIGUITY],
-        conflict_ids=[f.id for f in findings if f.category == Category.LABEL_CONFLICT],
+        label_issues_out_of_sample=cross_fitted is not None,
+        ambiguity_ids=ids(Category.LABEL_AMBIGUITY),
+        conflict_ids=ids(Category.LABEL_CONFLICT),
+        inconsistency_ids=ids(Category.LABEL_INCONSISTENCY),
         findings=findings,
     )
 

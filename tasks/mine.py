@@ -43,9 +43,12 @@ def mine(
     audit: pl.DataFrame | None,
     out_dir: Path,
     catalogue: Catalogue | None = None,
+    cross_fitted: pl.DataFrame | None = None,
+    labels: pl.DataFrame | None = None,
 ) -> MiningReport:
-    """Mine eval predictions (and the training audit) and write the review queue to `out_dir`."""
-    report = mine_errors(predictions, audit, catalogue)
+    """Mine eval predictions (and the training audit, its cross-fitted probabilities, the labels'
+    context: see `mine_errors`) and write the review queue to `out_dir`."""
+    report = mine_errors(predictions, audit, catalogue, cross_fitted, labels)
     write_mining(report, out_dir)
     return report
 

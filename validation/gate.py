@@ -2,8 +2,9 @@
 training and evaluation files, row counts.
 
 Failures (rows or files that break a rule) fail the gate. Label conflicts (identical normalised
-prompts with different tools) are warnings, not failures: deciding which label is right is an
-annotator's call, and the rows are each valid on their own. Leakage (an evaluation row whose
+prompts with different tools) and labels their context contradicts (`validation.context`) are
+warnings, not failures: deciding which label is right is an annotator's call, and the rows are
+each valid on their own. Leakage (an evaluation row whose
 scenario or prompt is also in a training file) fails the gate when the files' roles are known;
 without them, rows shared by two files are only a warning.
 """
@@ -29,6 +30,7 @@ from toolgrpo.schemas.samples import (
     parse_solution,
     shown_column,
 )
+from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.loader import LoadedSamples
 
 COUNT_DIMENSIONS = ("kind", "lang", "tool", "step")  # of readable rows; files count every row
@@ -215,8 +217,13 @@ def validate_samples(
         failures=failures,
         conflicts=find_label_conflicts(frame),
         overrides=loaded.overrides,
-        warnings=[*loaded.warnings, *shared_between_files(frame, pairs)],
+        warnings=[*loaded.warnings, *shared_between_files(frame, pairs), *context_warnings(frame)],
     )
+
+
+def context_warnings(frame: pl.DataFrame) -> list[str]:
+    """One `file:line: id: evidence [check: rule]` line per label its context contradicts."""
+    return [str(found.problem()) for found in label_inconsistencies(frame)]
 
 
 def count_rows(loaded: LoadedSamples) -> dict[str, dict[str, int]]:

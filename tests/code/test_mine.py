@@ -10,17 +10,21 @@ import pytest
 from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_frame
 
 import tasks.mine
+from tests.code.test_context import REPLY, loaded_rows, scenario
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import sample_source
 from toolgrpo.flows import cli
 from toolgrpo.mining.categorise import Category, categorise
 from toolgrpo.mining.confident import overlapping_tool_pairs, ranked_label_issues
-from toolgrpo.mining.evidence import keyword_hits, keyword_patterns, request_template
+from toolgrpo.mining.evidence import request_template
+from toolgrpo.mining.folds import fold_config, scenario_folds
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.mining.review import ReviewError, overrides_from_review
 from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine, write_label_overrides
+from toolgrpo.training.config import load_preset
+from toolgrpo.validation.wording import keyword_hits, keyword_patterns
 
 PATTERNS = keyword_patterns(CATALOGUE)
 
@@ -179,6 +183,42 @@ def test_condition_branches_with_different_amounts_do_not_conflict():
     assert _categories(rows) == {}
 
 
+def test_a_label_its_context_contradicts_is_a_label_inconsistency_with_the_rules_evidence(
+    tmp_path,
+):
+    """The figures say the transfer can go ahead; the label replies (a misread balance)."""
+    labels = loaded_rows(tmp_path, *scenario("balance 1,000,000", REPLY))
+    rows = [
+        prediction_row(
+            r["id"], r["tool"], prompt=r["prompt"], kind="multi", step=r["step"], scenario_id="s"
+        )
+        for r in labels.iter_rows(named=True)
+    ]
+    report = mine_errors(predictions_frame(rows), catalogue=CATALOGUE, labels=labels)
+
+    (finding,) = report.findings
+    assert (finding.id, finding.category) == ("s-2", Category.LABEL_INCONSISTENCY)
+    assert finding.evidence.startswith("branch_matches_figures: the balance 1,000,000 covers")
+    assert report.inconsistency_ids == ["s-2"]
+    assert report.accuracy.n_flagged == 1
+
+
+def test_a_contradicted_label_is_no_evidence_against_its_near_identical_neighbours(tmp_path):
+    """Step 1 of scenario s is labelled with its goal (its history says check_balance); the same
+    request's step 1 in scenario t is sound and must not become a label conflict."""
+    first, second = scenario()
+    goal_first = {**first, "tool": second["tool"], "solution": second["solution"]}
+    sound = {**first, "id": "t-1", "scenario_id": "t"}
+    labels = loaded_rows(tmp_path, goal_first, second, sound)
+    rows = [
+        prediction_row(r["id"], r["tool"], prompt=r["prompt"], kind="multi", step=r["step"])
+        for r in labels.iter_rows(named=True)
+    ]
+    report = mine_errors(predictions_frame(rows), catalogue=CATALOGUE, labels=labels)
+
+    assert {f.id: f.category for f in report.findings} == {"s-1": Category.LABEL_INCONSISTENCY}
+
+
 # --- confident learning, report, queue -----------------------------------------------------
 
 
@@ -204,6 +244,36 @@ def test_withdraw_and_check_balance_lead_the_overlapping_tool_pairs():
     top = overlapping_tool_pairs(_confused_frame(), CATALOGUE)[0]
     assert {top.tool_a, top.tool_b} == {"withdraw", "check_balance"}
     assert top.n_overlapping == 2
+
+
+def _memorised(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` as a model that learned every label, the wrong ones too, would score it."""
+    return predictions_frame(
+        [
+            prediction_row(r["id"], r["label_tool"], source="train/x", confidence=0.9)
+            for r in frame.iter_rows(named=True)
+        ]
+    )
+
+
+def test_confident_learning_reads_the_training_rows_out_of_sample_probabilities():
+    """The in-sample audit agrees with two memorised wrong labels; the fold models do not."""
+    held_out = _confused_frame()
+    eval_rows = predictions_frame([prediction_row("e", "withdraw", prompt="Withdraw 3")])
+    in_sample = mine_errors(eval_rows, _memorised(held_out), CATALOGUE)
+    cross_fitted = mine_errors(eval_rows, _memorised(held_out), CATALOGUE, held_out)
+
+    assert not {"odd-1", "odd-2"} & set(in_sample.label_issues["train"])
+    assert cross_fitted.label_issues["train"][:2] == ["odd-1", "odd-2"]
+    assert cross_fitted.label_issues_out_of_sample and not in_sample.label_issues_out_of_sample
+    top = cross_fitted.overlapping_pairs[0]
+    assert {top.tool_a, top.tool_b} == {"withdraw", "check_balance"}
+
+
+def test_cross_fitted_predictions_stand_in_for_a_missing_training_audit():
+    report = mine_errors(_confused_frame()[:1], None, CATALOGUE, _confused_frame())
+    assert "train" in report.label_issues
+    assert {f.split for f in report.findings} == {"train"}
 
 
 def test_accuracy_is_reported_with_and_without_flagged_rows():
@@ -259,6 +329,44 @@ def test_review_queue_is_written_as_csv_and_jsonl_most_severe_first(tmp_path):
 
 def test_no_mining_code_reads_the_planted_answer_key():
     assert "planted" not in Path(tasks.mine.__file__).read_text(encoding="utf-8")
+
+
+# --- cross-fitted audit folds -----------------------------------------------------------------
+
+
+def test_folds_split_scenarios_disjointly_and_deal_each_kind_evenly():
+    scenarios = [(f"s{i}", "single") for i in range(10)] + [(f"m{i}", "multi") for i in range(5)]
+    folds = scenario_folds([*scenarios, ("m0", "multi")], 3, seed=0)  # a scenario's second row
+
+    assert sorted(set().union(*folds)) == sorted(s for s, _ in scenarios)
+    assert sum(len(fold) for fold in folds) == 15
+    for kind in ("s", "m"):
+        sizes = [sum(s.startswith(kind) for s in fold) for fold in folds]
+        assert max(sizes) - min(sizes) <= 1
+    assert scenario_folds(scenarios, 3, seed=0) == folds
+    assert scenario_folds(scenarios, 3, seed=1) != folds
+
+
+def test_a_cross_fitted_audit_needs_two_folds():
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        scenario_folds([("s", "single")], 1, seed=0)
+
+
+def test_fold_model_is_the_runs_sft_recipe_on_the_fold_files(tmp_path):
+    cpu = load_preset("cpu")
+    fold = fold_config(cpu, tmp_path / "s.jsonl", tmp_path / "m.jsonl")
+
+    assert (fold.data.train_single_step, fold.data.train_multistep) == (
+        tmp_path / "s.jsonl",
+        tmp_path / "m.jsonl",
+    )
+    assert (fold.model, fold.sft, fold.seed) == (cpu.model, cpu.sft, cpu.seed)
+
+
+def test_run_command_passes_audit_folds_to_the_flow_and_rejects_a_negative_count(tmp_path, capsys):
+    assert cli.run(audit_folds=-1, out=tmp_path / "runs") == 2
+    assert "audit_folds" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 # --- the miner against the shipped data's planted ambiguity ---------------------------------

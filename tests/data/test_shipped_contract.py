@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import summarise_samples, validate_samples
+from toolgrpo.validation.context import BRANCH_MATCHES_FIGURES, label_inconsistencies
 
 SHIPPED = [
     "train/single_step.jsonl",
@@ -29,6 +31,26 @@ def test_every_shipped_row_passes_the_data_gate(loaded):
     report = validate_samples.fn(loaded)
     assert [str(p) for p in report.failures] == []
     assert report.ok and report.valid_rows == report.rows == loaded.frame.height
+
+
+def test_shipped_labels_agree_with_their_context(loaded):
+    assert [str(found.problem()) for found in label_inconsistencies(loaded.frame)] == []
+
+
+def test_every_conditional_shipped_step_is_checked_against_its_figures(loaded):
+    """Its figures parse in every format the data writes them: flipping the branch of any
+    conditional step contradicts them."""
+    condition = pl.col("condition")
+    flipped = loaded.frame.with_columns(
+        condition=pl.when(condition == "holds")
+        .then(pl.lit("fails"))
+        .when(condition == "fails")
+        .then(pl.lit("holds"))
+    )
+    found = {f.id for f in label_inconsistencies(flipped) if f.check == BRANCH_MATCHES_FIGURES}
+    conditional = set(loaded.frame.filter(condition.is_not_null())["id"])
+    assert len(conditional) == 291
+    assert found == conditional
 
 
 def test_train_files_hold_454_single_and_823_multi_step_rows(loaded):

@@ -2,6 +2,7 @@
 
 import json
 
+import polars as pl
 import pytest
 from transformers import AutoModelForCausalLM
 
@@ -54,7 +55,26 @@ def test_unchanged_data_and_config_reuse_the_trained_models(smoke_summary):
     assert again.run_dir != smoke_summary.run_dir
     assert again.models == smoke_summary.models
     assert not (again.run_dir / "sft").exists()
+    assert not list((again.run_dir / "audit").glob("fold-*/sft"))
     assert (again.run_dir / "report.html").is_file()
+
+
+def test_cross_fitted_audit_scores_each_training_row_with_a_model_that_never_saw_it(
+    smoke_summary,
+):
+    run_dir = smoke_summary.run_dir
+    cross_fitted = pl.read_parquet(run_dir / "audit" / "predictions.parquet")
+    in_sample = pl.read_parquet(run_dir / "eval_train" / "predictions.parquet")
+    assert cross_fitted["id"].to_list() == in_sample["id"].to_list()
+    folds = sorted((run_dir / "audit").glob("fold-*-of-3"))
+    assert len(folds) == 3
+    for fold in folds:
+        trained = pl.concat([pl.read_ndjson(path) for path in (fold / "data").glob("*.jsonl")])
+        scored = pl.read_parquet(fold / "eval" / "predictions.parquet")
+        assert not set(scored["scenario_id"]) & set(trained["scenario_id"])
+        assert (fold / "sft" / "model" / "config.json").is_file()
+    findings = json.loads((run_dir / "mining" / "findings.json").read_text(encoding="utf-8"))
+    assert findings["label_issues_out_of_sample"] is True
 
 
 def test_invalid_row_stops_the_flow_before_training(prefect_harness, tmp_path):

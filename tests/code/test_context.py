@@ -1,0 +1,286 @@
+"""Context checks on labels: amounts as people write them, and each rule against a row that
+breaks it (located by file:line, with the evidence), in the gate as warnings."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.validation.context import (
+    BRANCH_MATCHES_FIGURES,
+    PLAN_STARTS_WITH_ACTION,
+    STEP_MATCHES_HISTORY,
+    STEP_NAMED_BY_REQUEST,
+    STEP_NOT_REPEATED,
+    THOUGHT_ANNOUNCES_ACTION,
+    Amount,
+    LabelInconsistency,
+    amounts_in,
+    label_inconsistencies,
+)
+
+# --- amounts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("100,000", 100_000),
+        ("100k", 100_000),
+        ("10万", 100_000),
+        ("13.5万", 135_000),
+        ("6 万", 60_000),
+        ("5000元", 5_000),
+        ("98,404 元", 98_404),
+        ("200块", 200),
+        ("50 rupees", 50),
+        ("$50", 50),
+        ("562.54", 562.54),
+    ],
+)
+def test_an_amount_parses_to_its_value_whatever_its_format(text, value):
+    assert amounts_in(f"转 {text} 到 ACC002") == [Amount(text, value)]
+    assert amounts_in(f"send {text}, then stop") == [Amount(text, value)]
+
+
+def test_digits_of_an_account_or_a_step_number_inside_a_word_are_no_amount():
+    assert amounts_in("Check ACC437 and ACC002") == []
+    assert amounts_in("从ACC437取13.5万") == [Amount("13.5万", 135_000)]
+
+
+def test_every_amount_the_generator_writes_parses_back_to_its_value():
+    rng = random.Random(0)
+    for lang, styles in MONEY_STYLES.items():
+        for style in styles:
+            for _ in range(200):
+                money = style(rng)
+                assert amounts_in(money.text) == [Amount(money.text, money.value)]
+                balance = rng.randint(1, 5_000_000)
+                assert [a.value for a in amounts_in(balance_text(balance, lang))] == [balance]
+    assert amounts_in(price_text(562.5)) == [Amount("562.50", 562.5)]
+
+
+# --- the rules, each against a row that breaks it --------------------------------------------
+
+
+def _solution(tool: str, params: dict[str, Any], thought: str, plan: list[str]) -> str:
+    action = {"tool": tool, "params": params}
+    return json.dumps({"thought": thought, "action": action, "plan": plan}, ensure_ascii=False)
+
+
+CHECK = ("check_balance", {"account": "ACC001"}, "I check ACC001 first.", ["check ACC001"])
+TRANSFER = (
+    "transfer_funds",
+    {"from_account": "ACC001", "to_account": "ACC002", "amount": 100_000},
+    "The balance covers it, so now I transfer 10万.",
+    ["transfer 10万 to ACC002"],
+)
+REPLY = (
+    "respond",
+    {"message": "Your balance is too low."},
+    "It is not enough, so now I tell the user.",
+    ["tell the user why not"],
+)
+REQUEST = "Check ACC001; if it's enough, transfer 10万 to ACC002."
+
+
+def _row(step: int, label: tuple, history: list[str], **fields: Any) -> dict[str, Any]:
+    tool, params, thought, plan = label
+    lines = [f"Step {i}: {line}" for i, line in enumerate(history, start=1)]
+    prompt = REQUEST + ("\n\nPrevious steps:\n" + "\n".join(lines) if lines else "")
+    return {
+        "id": f"s-{step}",
+        "scenario_id": "s",
+        "kind": "multi",
+        "lang": "en",
+        "step": step,
+        "n_steps": 2,
+        "prompt": prompt,
+        "solution": _solution(tool, params, thought, plan),
+        "tool": tool,
+        **fields,
+    }
+
+
+def loaded_rows(tmp_path: Path, *rows: dict[str, Any]) -> pl.DataFrame:
+    """`rows` as the loader's frame (file and line included), read from a file in `tmp_path`."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return load_samples.fn([path]).frame
+
+
+def _found(tmp_path: Path, *rows: dict[str, Any]) -> list[LabelInconsistency]:
+    return label_inconsistencies(loaded_rows(tmp_path, *rows))
+
+
+def scenario(balance: str = "balance 150,000", second: tuple = TRANSFER, **fields: Any):
+    """A balance check, then `second` (a transfer or a reply) with the matching condition."""
+    condition = {"condition": "fails" if second[0] == "respond" else "holds"}
+    return [
+        _row(1, CHECK, []),
+        _row(2, second, [f"check_balance → {balance}"], **(condition | fields)),
+    ]
+
+
+def test_a_sound_scenario_has_no_finding(tmp_path):
+    assert _found(tmp_path, *scenario()) == []
+    assert _found(tmp_path, *scenario("balance 5,000", REPLY)) == []
+
+
+def test_a_thought_that_announces_another_tool_than_the_action(tmp_path):
+    """The case study's failure — "check the balance first", then a transfer — in a label."""
+    first = (*TRANSFER[:2], "I need to check the balance first.", TRANSFER[3])
+    (found,) = _found(tmp_path, _row(1, first, [], kind="single", n_steps=1))
+    assert (found.check, found.line, found.alternative) == (
+        THOUGHT_ANNOUNCES_ACTION,
+        1,
+        "check_balance",
+    )
+    assert "announces check_balance, its action is transfer_funds" in found.evidence
+
+
+def test_a_plan_whose_first_step_is_another_tool_than_the_action(tmp_path):
+    withdraw = ("withdraw", {"account": "ACC001", "amount": 50}, "I do it now.", ["deposit 50"])
+    (found,) = _found(tmp_path, _row(1, withdraw, [], kind="single", n_steps=1))
+    assert (found.check, found.alternative) == (PLAN_STARTS_WITH_ACTION, "deposit")
+
+
+def test_a_step_labelled_otherwise_than_the_history_of_a_later_step_records(tmp_path):
+    first, second = scenario()
+    (found,) = _found(tmp_path, {**first, **_row(1, TRANSFER, [])}, second)
+    assert (found.id, found.check, found.alternative) == (
+        "s-1",
+        STEP_MATCHES_HISTORY,
+        "check_balance",
+    )
+    assert f"{tmp_path / 'rows.jsonl'}:2" in found.evidence
+    assert "records step 1 as check_balance → balance 150,000" in found.evidence
+
+
+def test_a_step_that_redoes_the_step_its_history_shows_done(tmp_path):
+    first, second = scenario()
+    copied = {**second, **_row(2, CHECK, ["check_balance → balance 150,000"])}
+    found = _found(tmp_path, first, copied)
+    assert [(f.id, f.check) for f in found] == [("s-2", STEP_NOT_REPEATED)]
+    assert "with the same params as s-1" in found[0].evidence
+
+
+def test_the_same_tool_again_with_other_params_is_a_step_of_its_own(tmp_path):
+    other = (*TRANSFER[:1], {**TRANSFER[1], "amount": 5}, *TRANSFER[2:])
+    first = _row(1, TRANSFER, [])
+    second = _row(2, other, ["transfer_funds → sent 10万"])
+    assert _found(tmp_path, first, second) == []
+
+
+STATEMENT = (
+    "get_transactions",
+    {"account": "ACC001", "days": 30},
+    "Then I list the last 30 days of transactions of ACC001.",
+    ["list 30 days"],
+)
+
+
+@pytest.mark.parametrize(
+    ("last", "request_text", "flagged"),
+    [
+        (STATEMENT, "Transfer 10万 from ACC001 to ACC002, then show me what's left.", True),
+        (STATEMENT, "从 ACC001 转 10万 到 ACC002，然后查一下余额", True),
+        (CHECK, "Transfer 10万 from ACC001 to ACC002, then show me what's left.", False),
+        # "my checking account" is an account, not a balance check
+        (STATEMENT, "Send 10万 to my checking account, walk me through 30 days.", False),
+    ],
+)
+def test_a_last_step_the_request_does_not_ask_for(tmp_path, last, request_text, flagged):
+    """The request still asks for one tool its history has not done; the last step is
+    labelled with a tool the request never names."""
+    rows = [_row(1, TRANSFER, []), _row(2, last, ["transfer_funds → sent 10万 to ACC002"])]
+    for row in rows:
+        row["prompt"] = request_text + row["prompt"][len(REQUEST) :]
+    found = _found(tmp_path, *rows)
+    expected = [("s-2", STEP_NAMED_BY_REQUEST, "check_balance")] if flagged else []
+    assert [(f.id, f.check, f.alternative) for f in found] == expected
+
+
+def test_a_conditional_scenario_leaves_its_unsaid_checks_alone(tmp_path):
+    """'If ACC001 can cover it, buy …' names no balance check, yet step 1 checks it."""
+    assert _found(tmp_path, *scenario()) == []
+
+
+@pytest.mark.parametrize(
+    ("balance", "second", "why"),
+    [
+        ("balance 1,000,000", REPLY, "the balance 1,000,000 covers 10万 (100,000)"),
+        ("balance 99,999", TRANSFER, "the balance 99,999 falls short of 10万 (100,000)"),
+        ("balance 6 万", TRANSFER, "the balance 6 万 (60,000) falls short of 10万 (100,000)"),
+    ],
+)
+def test_a_branch_the_balance_and_the_amount_asked_contradict(tmp_path, balance, second, why):
+    (found,) = _found(tmp_path, *scenario(balance, second))
+    assert (found.id, found.check) == ("s-2", BRANCH_MATCHES_FIGURES)
+    assert found.evidence.startswith(why)
+
+
+def test_a_reply_without_a_condition_label_is_checked_as_the_failing_branch(tmp_path):
+    first, second = scenario("balance 1,000,000", REPLY)
+    second.pop("condition")
+    (found,) = _found(tmp_path, first, second)
+    assert found.check == BRANCH_MATCHES_FIGURES
+    assert found.evidence.endswith("yet the label replies")
+
+
+def test_a_buy_branch_against_the_quantity_times_the_quoted_price(tmp_path):
+    buy = ("place_order", {"symbol": "NIO", "side": "buy", "quantity": 300}, "Buy now.", ["buy"])
+    request = "If ACC125 can cover it, buy 300 shares of NIO."
+    history = ["check_balance → balance 200,000", "get_quote → NIO at 884.65"]
+    row = _row(3, buy, history, n_steps=3, condition="holds") | {"prompt": request}
+    row["prompt"] += "\n\nPrevious steps:\n" + "\n".join(
+        f"Step {i}: {line}" for i, line in enumerate(history, start=1)
+    )
+    (found,) = _found(tmp_path, row)
+    assert found.check == BRANCH_MATCHES_FIGURES
+    assert "falls short of 300 × 884.65 = 265,395" in found.evidence
+
+
+SELL = ("place_order", {"symbol": "KO", "side": "sell", "quantity": 3}, "I sell now.", ["sell 3"])
+
+
+@pytest.mark.parametrize(
+    ("request_text", "quote", "figures_hold"),
+    [
+        ("如果 SPY 跌破 237，帮我买 50 股", "SPY 现价 179.18", True),
+        ("SPY 要是比 237 便宜，就入手 50 股", "SPY 现价 240.00", False),
+        ("Sell 100 shares of KO if the price is above 819.", "KO at 707.97", False),
+        ("Quote KO; sell 3 only if it beats 445.", "KO at 551.34", True),
+    ],
+)
+def test_an_order_branch_against_the_quote_and_the_limit(
+    tmp_path, request_text, quote, figures_hold
+):
+    """Each label takes the branch the figures rule out: a reply where the price meets the
+    limit, an order where it does not."""
+    label, condition = (REPLY, "fails") if figures_hold else (SELL, "holds")
+    row = _row(2, label, [f"get_quote → {quote}"], condition=condition)
+    row["prompt"] = request_text + row["prompt"][len(REQUEST) :]
+    (found,) = _found(tmp_path, row)
+    assert found.check == BRANCH_MATCHES_FIGURES
+    assert found.alternative == (None if figures_hold else "respond")
+
+
+def test_the_gate_warns_with_file_line_and_evidence_and_still_passes(tmp_path):
+    first, second = scenario("balance 1,000,000", REPLY)
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (first, second)))
+    report = validate_samples.fn(load_samples.fn([path]))
+    assert report.ok
+    assert report.warnings == [
+        f"{path}:2: s-2: the balance 1,000,000 covers 10万 (100,000), yet the label replies "
+        f"[check: {BRANCH_MATCHES_FIGURES}]"
+    ]

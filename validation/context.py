@@ -1,0 +1,403 @@
+"""Context checks on labels: each label against what its own row and scenario say.
+
+A label can be wrong in a way its wording does not show, because the evidence is in its context:
+the label's own thought and plan, the scenario's other steps, the figures a condition depends
+on. Each rule reads the rows alone (no model); the data gate reports what they find as warnings
+(an annotator decides) and the miner as `label inconsistency` findings. A rule that cannot read
+what it needs (an unparseable solution, a figure that does not parse, a scenario whose other
+rows are absent) stays silent.
+
+The rules, by the name reports give them (`[check: name]`):
+
+- `thought_announces_action`: the label's thought announces the tool its action calls (the
+  rule `training.rewards.thought_action_consistent` applies to model output, applied to labels).
+- `plan_starts_with_action`: the first item of the label's plan names the action's tool, or no
+  tool: a plan lists the steps still to do, this one first.
+- `step_matches_history`: a step's tool is the one the scenario's later prompts record as
+  executed at that step (`Step k: <tool> → …`); the history is the execution log, not a label.
+- `step_not_repeated`: a step does not redo the step its history shows was just executed: the
+  same tool, with the same params when the scenario's row for that step is labelled with it
+  (a second transfer with other params is a new step).
+- `step_named_by_request`: the last step of a scenario without a condition does what the
+  request still asks for: when the request's words (`validation.wording`) name exactly one tool
+  its history has not done yet, a last step whose tool the request does not name at all is
+  suspect ("Transfer 40 rupees …, then show me what's left" labelled get_transactions). Not for
+  conditional scenarios, whose checks (check_balance before an order) the request leaves
+  unsaid, nor for replies.
+- `branch_matches_figures`: a conditional step (`condition`, or a multi-step reply) acts when the
+  figures its prompt states meet the request's condition and replies when they do not: the
+  balance against the amount asked; the balance against quantity × the quoted price; the quoted
+  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜").
+
+`amounts_in` is the one parser of amounts as people write them (the catalogue's languages):
+100,000 / 100k / 10万 / 13.5万 / 6 万 / 5000元 / 200块 / 50 rupees / $50 / 562.54. A currency
+is not converted: a request and the balance it is compared with are in one currency.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import polars as pl
+
+from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.completion import first_json_object
+from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER, condition_branch
+from toolgrpo.training.rewards import thought_action_consistent
+from toolgrpo.validation.wording import keyword_hits, keyword_patterns, mask_identifiers
+
+THOUGHT_ANNOUNCES_ACTION = "thought_announces_action"
+PLAN_STARTS_WITH_ACTION = "plan_starts_with_action"
+STEP_MATCHES_HISTORY = "step_matches_history"
+STEP_NOT_REPEATED = "step_not_repeated"
+STEP_NAMED_BY_REQUEST = "step_named_by_request"
+BRANCH_MATCHES_FIGURES = "branch_matches_figures"
+REPLY_TOOL = "respond"
+
+_SCALES = {"万": 10_000, "千": 1_000, "百": 100, "k": 1_000}
+# Not after a letter or digit (the 437 of ACC437 is no amount); a CJK character may precede one.
+AMOUNT = re.compile(
+    r"(?<![A-Za-z0-9_.,])(?:[$¥₹]\s?)?(?P<number>\d{1,3}(?:,\d{3})+|\d+)(?P<fraction>\.\d+)?"
+    r"(?:\s*(?P<scale>万|千|百|k(?![a-z])))?"
+    r"(?:\s*(?:元|块|rupees?(?![a-z])|yuan(?![a-z])|dollars?(?![a-z])|rmb(?![a-z])))?",
+    re.IGNORECASE,
+)
+_HISTORY_LINE = re.compile(r"^Step (\d+): (\S+) → (.*)$", re.MULTILINE)
+# What a limit's neighbours say about the direction of a price condition.
+_BELOW_BEFORE = re.compile(
+    r"(?:\b(?:below|under|cheaper than|less than|lower than)|低于|跌破|不到)\s*$", re.IGNORECASE
+)
+_ABOVE_BEFORE = re.compile(
+    r"(?:\b(?:above|over|beats?|more than|higher than|exceeds?)|高于|超过|涨过|冲上)\s*$",
+    re.IGNORECASE,
+)
+_BELOW_AFTER = re.compile(r"^\s*(?:便宜|以下)")
+_ABOVE_AFTER = re.compile(r"^\s*(?:贵|以上)")
+
+
+@dataclass(frozen=True)
+class Amount:
+    """An amount as written and the number it means."""
+
+    text: str
+    value: float
+
+
+def _amount(match: re.Match[str]) -> Amount:
+    value = float(match["number"].replace(",", "") + (match["fraction"] or ""))
+    scale = _SCALES[match["scale"].lower()] if match["scale"] else 1
+    return Amount(match.group(0), value * scale)
+
+
+def amounts_in(text: str) -> list[Amount]:
+    """Every amount written in `text`, in order (`"转 10万 到 ACC042"` → one: 100,000)."""
+    return [_amount(match) for match in AMOUNT.finditer(text)]
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.2f}"
+
+
+def _described(amount: Amount) -> str:
+    """`6 万 (60,000)`; an amount written as its number alone once."""
+    number = _number(amount.value)
+    return amount.text if amount.text == number else f"{amount.text} ({number})"
+
+
+@dataclass(frozen=True)
+class ExecutedStep:
+    """One line of a prompt's `Previous steps:` history."""
+
+    tool: str
+    observation: str
+
+
+@dataclass(frozen=True)
+class _Label:
+    """A row as the rules read it: where it is, its request and history, its parsed label."""
+
+    id: str
+    file: str
+    line: int
+    scenario_id: str
+    step: int
+    tool: str
+    replies: bool | None  # a conditional step's branch: True replies, False acts, None: not one
+    request: str
+    history: dict[int, ExecutedStep]
+    thought: str | None
+    params: Any
+    plan: list[Any]
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> _Label:
+        request, _, history = row["prompt"].partition(PREVIOUS_STEPS_HEADER)
+        solution = first_json_object(row["solution"]) or {}
+        action = solution.get("action") if isinstance(solution.get("action"), dict) else {}
+        thought, plan = solution.get("thought"), solution.get("plan")
+        branch = row["branch"]
+        return cls(
+            id=row["id"],
+            file=row["file"],
+            line=row["line"],
+            scenario_id=row["scenario_id"],
+            step=row["step"],
+            tool=row["tool"],
+            replies=None if branch is None else branch == "condition_fails",
+            request=request,
+            history={
+                int(step): ExecutedStep(tool, observation)
+                for step, tool, observation in _HISTORY_LINE.findall(history)
+            },
+            thought=thought if isinstance(thought, str) and thought.strip() else None,
+            params=action.get("params"),
+            plan=plan if isinstance(plan, list) else [],
+        )
+
+
+@dataclass(frozen=True)
+class LabelInconsistency:
+    """A label its context contradicts: the row, the rule, the evidence, and the tool the
+    context points at instead when it names one."""
+
+    id: str
+    file: str
+    line: int
+    check: str
+    evidence: str
+    alternative: str | None = None
+
+    def problem(self) -> Problem:
+        """As the data gate lists it: `file:line: id: evidence [check: rule]`."""
+        return Problem(
+            file=self.file,
+            line=self.line,
+            check=self.check,
+            message=f"{self.id}: {self.evidence}",
+            id=self.id,
+        )
+
+
+@cache
+def _tool_names() -> tuple[str, ...]:
+    return tuple(default_catalogue().names)
+
+
+def _consistent(text: str, tool: str) -> bool:
+    """Whether `text`, read as a thought, announces `tool` or no tool."""
+    return thought_action_consistent(json.dumps({"thought": text, "action": {"tool": tool}}))
+
+
+def _announced(text: str) -> list[str]:
+    """The tools `text` announces, as `thought_action_consistent` reads a thought."""
+    tools = [tool for tool in _tool_names() if _consistent(text, tool)]
+    return [] if len(tools) == len(_tool_names()) else tools
+
+
+def _against_action(check: str, part: str, text: str, label: _Label) -> LabelInconsistency | None:
+    if label.tool not in _tool_names() or _consistent(text, label.tool):
+        return None
+    announced = _announced(text)
+    return LabelInconsistency(
+        id=label.id,
+        file=label.file,
+        line=label.line,
+        check=check,
+        evidence=f"its {part} announces {' or '.join(announced)}, its action is {label.tool}: "
+        f"“{text}”",
+        alternative=announced[0] if len(announced) == 1 else None,
+    )
+
+
+def thought_announces_action(
+    label: _Label, scenario: dict[int, _Label]
+) -> LabelInconsistency | None:
+    """The label's thought announces the tool its action calls."""
+    if label.thought is None:
+        return None
+    return _against_action(THOUGHT_ANNOUNCES_ACTION, "thought", label.thought, label)
+
+
+def plan_starts_with_action(
+    label: _Label, scenario: dict[int, _Label]
+) -> LabelInconsistency | None:
+    """The first item of the label's plan names the action's tool, or no tool."""
+    if not (label.plan and isinstance(label.plan[0], str)):
+        return None
+    return _against_action(PLAN_STARTS_WITH_ACTION, "plan's first step", label.plan[0], label)
+
+
+def step_matches_history(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+    """A step's tool is the one the scenario's later prompts record as executed at that step."""
+    for step in sorted(s for s in scenario if s > label.step):
+        later = scenario[step]
+        recorded = later.history.get(label.step)
+        if recorded is not None and recorded.tool != label.tool:
+            return LabelInconsistency(
+                id=label.id,
+                file=label.file,
+                line=label.line,
+                check=STEP_MATCHES_HISTORY,
+                evidence=f"step {step} ({later.id}, {later.location}) records step {label.step} "
+                f"as {recorded.tool} → {recorded.observation}; the label is {label.tool}",
+                alternative=recorded.tool,
+            )
+    return None
+
+
+def step_not_repeated(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+    """A step does not redo the step its history shows was just executed."""
+    done = label.history.get(label.step - 1)
+    if done is None or done.tool != label.tool:
+        return None
+    previous = scenario.get(label.step - 1)
+    if previous is not None and previous.tool == done.tool:
+        if previous.params != label.params:
+            return None  # the same tool again with other params is a step of its own
+        how = f"with the same params as {previous.id} ({previous.location})"
+    else:
+        how = "again"
+    return LabelInconsistency(
+        id=label.id,
+        file=label.file,
+        line=label.line,
+        check=STEP_NOT_REPEATED,
+        evidence=f"calls {label.tool} {how}, though its history shows step {label.step - 1} "
+        f"done: {done.tool} → {done.observation}",
+    )
+
+
+@cache
+def _request_patterns() -> dict[str, re.Pattern[str]]:
+    return keyword_patterns(default_catalogue())
+
+
+def step_named_by_request(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+    """The last step of a scenario without a condition does what the request still asks for."""
+    last = label.step == max(scenario) and label.step > 1
+    conditional = any(step.replies is not None for step in scenario.values())
+    if not last or conditional or label.tool == REPLY_TOOL:
+        return None
+    named = keyword_hits(mask_identifiers(label.request), _request_patterns())
+    remaining = sorted(set(named) - {done.tool for done in label.history.values()})
+    if label.tool in named or len(remaining) != 1:
+        return None
+    (asked,) = remaining
+    words = ", ".join(f'"{word}"' for word in dict.fromkeys(named[asked]))
+    return LabelInconsistency(
+        id=label.id,
+        file=label.file,
+        line=label.line,
+        check=STEP_NAMED_BY_REQUEST,
+        evidence=f"the request still asks for {asked} ({words}), which its history has not "
+        f"done; the last step is labelled {label.tool}, which the request does not name",
+        alternative=asked,
+    )
+
+
+def _observed(label: _Label, tool: str) -> Amount | None:
+    """The one amount the latest executed `tool` step reports (a balance, a price)."""
+    for step in sorted(label.history, reverse=True):
+        if label.history[step].tool == tool:
+            amounts = amounts_in(label.history[step].observation)
+            return amounts[0] if len(amounts) == 1 else None
+    return None
+
+
+def _price_limit(request: str) -> tuple[Amount, bool] | None:
+    """The request's price limit and whether the condition wants the price below it."""
+    limits = []
+    for match in AMOUNT.finditer(request):
+        before, after = request[: match.start()], request[match.end() :]
+        below = bool(_BELOW_BEFORE.search(before) or _BELOW_AFTER.search(after))
+        above = bool(_ABOVE_BEFORE.search(before) or _ABOVE_AFTER.search(after))
+        if below != above:
+            limits.append((_amount(match), below))
+    return limits[0] if len(limits) == 1 else None
+
+
+def _condition_holds(label: _Label) -> tuple[bool, str] | None:
+    """Whether the figures in the prompt meet the request's condition, and why; None when the
+    figures needed do not parse."""
+    balance, price = _observed(label, "check_balance"), _observed(label, "get_quote")
+    asked = amounts_in(label.request)
+    if balance is not None and price is not None and len(asked) == 1:
+        cost = asked[0].value * price.value
+        holds = balance.value >= cost
+        verb = "covers" if holds else "falls short of"
+        return holds, (
+            f"the balance {_described(balance)} {verb} {asked[0].text} × {price.text} = "
+            f"{_number(cost)}"
+        )
+    if balance is not None and price is None and len(asked) == 1:
+        holds = balance.value >= asked[0].value
+        verb = "covers" if holds else "falls short of"
+        return holds, f"the balance {_described(balance)} {verb} {_described(asked[0])}"
+    limit = _price_limit(label.request) if price is not None and balance is None else None
+    if limit is not None:
+        (amount, below), value = limit, price.value
+        holds = value < amount.value if below else value > amount.value
+        side = "below" if value < amount.value else "above" if value > amount.value else "at"
+        wanted = "below" if below else "above"
+        return holds, f"the quote {price.text} is {side} the limit {amount.text} (wanted {wanted})"
+    return None
+
+
+def branch_matches_figures(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+    """A conditional step acts when the figures its prompt states meet the request's condition,
+    and replies when they do not."""
+    if label.replies is None:
+        return None
+    verdict = _condition_holds(label)
+    if verdict is None or verdict[0] != label.replies:
+        return None
+    holds, why = verdict
+    does = "replies" if label.replies else f"acts ({label.tool})"
+    return LabelInconsistency(
+        id=label.id,
+        file=label.file,
+        line=label.line,
+        check=BRANCH_MATCHES_FIGURES,
+        evidence=f"{why}, yet the label {does}",
+        alternative=None if holds else REPLY_TOOL,
+    )
+
+
+RULES = (
+    thought_announces_action,
+    plan_starts_with_action,
+    step_matches_history,
+    step_not_repeated,
+    step_named_by_request,
+    branch_matches_figures,
+)
+
+
+def label_inconsistencies(rows: pl.DataFrame) -> list[LabelInconsistency]:
+    """What every rule finds in `rows` (the loader's frame: the data contract's columns with
+    `file` and `line`), in row order, then rule order."""
+    if rows.is_empty():
+        return []
+    branches = rows.with_columns(
+        branch=condition_branch(pl.col("condition"), pl.col("kind"), pl.col("tool"))
+    )
+    labels = [_Label.of(row) for row in branches.iter_rows(named=True)]
+    scenarios: dict[str, dict[int, _Label]] = defaultdict(dict)
+    for label in labels:
+        scenarios[label.scenario_id].setdefault(label.step, label)
+    return [
+        found
+        for label in labels
+        for rule in RULES
+        if (found := rule(label, scenarios[label.scenario_id])) is not None
+    ]
