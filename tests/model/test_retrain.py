@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smoke_summary(prefect_harness, tmp_path_factory):
-    return retrain(RetrainParams(preset="smoke", out=tmp_path_factory.mktemp("runs")))
+    out = tmp_path_factory.mktemp("runs")
+    return retrain(RetrainParams(preset="smoke", out=out, audit_folds=3))
 
 
 def test_retrain_writes_summary_for_automation(smoke_summary):
@@ -50,7 +51,7 @@ def test_report_is_self_contained_with_plots(smoke_summary):
 
 
 def test_unchanged_data_and_config_reuse_the_trained_models(smoke_summary):
-    again = retrain(RetrainParams(preset="smoke", out=smoke_summary.run_dir.parent))
+    again = retrain(RetrainParams(preset="smoke", out=smoke_summary.run_dir.parent, audit_folds=3))
     assert again.retrained is False
     assert again.run_dir != smoke_summary.run_dir
     assert again.models == smoke_summary.models
