@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from trl import SFTConfig
 
+from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.samples import is_condition_fails
 from toolgrpo.training.__main__ import main as training_main
 from toolgrpo.training.config import (
@@ -62,6 +63,8 @@ def test_override_values_from_a_command_line_are_parsed():
         ({"grpo.max_step": 5}, "grpo.max_step: unknown field (did you mean 'grpo.max_steps'?)"),
         ({"grpo_max_steps": 5}, "did you mean 'grpo.max_steps'?"),  # the old flat name
         ({"torch_threads": 1}, "did you mean 'runtime.torch_threads'?"),
+        ({"runtime.use_cpu": True}, "runtime.use_cpu: unknown field (did you mean 'runtime.device'?)"),
+        ({"lora_r": 8}, "did you mean 'model.lora.r'?"),  # renamed, unlike its new name
         ({"learning_rate": 1}, "did you mean 'sft.learning_rate' or 'grpo.learning_rate'?"),
         ({"sft.multistep_fraction": 1.5}, "sft.multistep_fraction: Input should be less than"),
         ({"grpo.reward_points.params": -0.2}, "grpo.reward_points: reward weights must be >= 0"),
@@ -160,9 +163,12 @@ def test_cpu_grpo_settings_are_the_case_studys(tmp_path):
 
 
 def test_reward_functions_sum_to_the_ground_truth_reward(tmp_path):
-    assert reward_functions(load_preset("cpu")) == list(COMPONENT_REWARDS)
+    catalogue = default_catalogue()
+    rewards = reward_functions(load_preset("cpu"), catalogue)
+    assert [f.func for f in rewards] == list(COMPONENT_REWARDS)
+    assert all(f.keywords["catalogue"] is catalogue for f in rewards)
     config = load_preset("cpu", {"grpo.reward_points.tool": 0.6})
-    assert [f.keywords["weights"].tool for f in reward_functions(config)] == [0.6] * 3
+    assert [f.keywords["weights"].tool for f in reward_functions(config, catalogue)] == [0.6] * 3
     assert grpo_config(config, tmp_path).ngrpo_max_reward == pytest.approx(1.1)
 
 
