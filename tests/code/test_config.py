@@ -63,7 +63,10 @@ def test_override_values_from_a_command_line_are_parsed():
         ({"grpo.max_step": 5}, "grpo.max_step: unknown field (did you mean 'grpo.max_steps'?)"),
         ({"grpo_max_steps": 5}, "did you mean 'grpo.max_steps'?"),  # the old flat name
         ({"torch_threads": 1}, "did you mean 'runtime.torch_threads'?"),
-        ({"runtime.use_cpu": True}, "runtime.use_cpu: unknown field (did you mean 'runtime.device'?)"),
+        (
+            {"runtime.use_cpu": True},
+            "runtime.use_cpu: unknown field (did you mean 'runtime.device'?)",
+        ),
         ({"lora_r": 8}, "did you mean 'model.lora.r'?"),  # renamed, unlike its new name
         ({"learning_rate": 1}, "did you mean 'sft.learning_rate' or 'grpo.learning_rate'?"),
         ({"sft.multistep_fraction": 1.5}, "sft.multistep_fraction: Input should be less than"),
