@@ -24,7 +24,9 @@ argparse's. Pydantic keeps one-line errors that name the dotted field, rejects u
 loading torch.
 
 Overrides are dotted paths (`{"sft.num_train_epochs": 3}`), from `toolgrpo run --set`, a flow
-parameter or a test; `overridable_fields()` lists them. The config is written next to each model
+parameter or a test; `overridable_fields()` lists them, and `overrides_model()` is their typed
+form (nested sections of unset fields, with their descriptions): the retrain flow's `config`
+parameter, which a deployment form lists field by field. The config is written next to each model
 so a run can be reproduced.
 """
 
@@ -435,14 +437,7 @@ class Overrides(BaseModel):
     @classmethod
     def from_dotted(cls, overrides: Mapping[str, Any]) -> Overrides:
         """The model with each dotted override set (`load_preset` checks them more kindly)."""
-        nested: dict[str, Any] = {}
-        for path, value in overrides.items():
-            *sections, name = path.split(".")
-            target = nested
-            for section in sections:
-                target = target.setdefault(section, {})
-            target[name] = value
-        return cls.model_validate(nested)
+        return cls.model_validate(_set_dotted({}, overrides))
 
 
 def _dotted(values: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
@@ -536,14 +531,18 @@ def _overridden(values: dict[str, Any], overrides: Mapping[str, Any], source: st
     unknown = [path for path in overrides if path not in known]
     if unknown:
         raise ConfigError(f"{source}: " + "; ".join(map(_unknown_field, unknown)))
-    values = copy.deepcopy(values)
+    return _validated(_set_dotted(copy.deepcopy(values), overrides), source)
+
+
+def _set_dotted(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` (nested sections) with each dotted override set in place."""
     for path, value in overrides.items():
         *sections, name = path.split(".")
         target = values
         for section in sections:
             target = target.setdefault(section, {})
         target[name] = value
-    return _validated(values, source)
+    return values
 
 
 def preset_names() -> list[str]:

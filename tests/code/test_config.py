@@ -7,6 +7,7 @@ from functools import reduce
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from trl import SFTConfig
 
 from toolgrpo.schemas.catalogue import default_catalogue
@@ -20,6 +21,7 @@ from toolgrpo.training.config import (
     SFTSection,
     load_preset,
     overridable_fields,
+    overrides_model,
     preset_names,
     read_config,
 )
@@ -253,3 +255,28 @@ def test_condition_fails_rows_repeat_in_both_stages():
         respond = sum(is_condition_fails(row["kind"], row["tool"]) for row in rows(plain))
         assert respond > 0
         assert len(rows(weighted)) == len(rows(plain)) + 2 * respond
+
+
+def test_typed_overrides_are_the_dotted_overrides_by_section():
+    model = overrides_model(skip={"data.catalogue"})
+    dotted = {"grpo.max_steps": 5, "grpo.reward_points.tool": 0.6, "seed": 3}
+    typed = model.from_dotted(dotted)
+    assert typed.dotted() == dotted
+    # What a deployment form sends: nested sections, only the fields filled in.
+    form = model.model_validate({"grpo": {"max_steps": "7"}, "runtime": {"device": "cuda"}})
+    assert form.dotted() == {"grpo.max_steps": 7, "runtime.device": "cuda"}
+    assert load_preset("cpu", form.dotted()).grpo.max_steps == 7
+    with pytest.raises(ValidationError):
+        model.from_dotted({"data.catalogue": "x.json"})  # skipped: the caller sets it
+    with pytest.raises(ValidationError):
+        model.model_validate({"grpo": {"max_step": 7}})
+    fields = model.model_json_schema()["$defs"]["GRPOOverrides"]["properties"]
+    assert fields["max_steps"]["description"] == "optimiser steps"
+    # Every overridable field but the skipped one can be set through it.
+    preset = load_preset("cpu").model_dump(mode="json")
+    every = {
+        path: reduce(dict.get, path.split("."), preset)
+        for path in overridable_fields()
+        if path != "data.catalogue"
+    }
+    assert model.from_dotted(every).dotted() == every
