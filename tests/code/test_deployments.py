@@ -9,6 +9,7 @@ from uuid import uuid4
 import prefect
 import yaml
 from prefect.flows import load_flow_from_entrypoint
+from prefect.utilities.callables import parameter_schema_from_entrypoint
 from prefect.utilities.templating import apply_values
 
 from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments, failure_automation
@@ -105,6 +106,9 @@ def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():
     data = schema["definitions"]["DataOverrides"]["properties"]
     assert "max_train_rows" in data and "catalogue" not in data
     assert "train_single_step" not in data
+    # `prefect deploy` reads the form from the prefect.yaml entrypoint: the same one.
+    deployed = parameter_schema_from_entrypoint(f"{REPO_ROOT / 'flows' / 'retrain.py'}:retrain")
+    assert deployed.model_dump() == schema
 
 
 def test_failure_automation_notifies_on_failed_runs_of_both_deployments():
