@@ -402,7 +402,7 @@ def retrain_parameters(
     if catalogue is not None:
         load_catalogue(catalogue)
     if audit_folds is not None and audit_folds < 0:
-        raise ValueError(f"--audit-folds: {audit_folds} is below 0")
+        raise ValueError(f"--audit-folds: audit_folds must be at least 0, got {audit_folds}")
     try:
         config = RetrainOverrides.from_dotted(overrides)
     except ValidationError as error:
