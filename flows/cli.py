@@ -187,8 +187,8 @@ def validate(
 
     given = [*files, *(train or []), *(eval_ or [])]
     unusable = "no files given" if not given else unusable_files([*given, overrides])
-    if unusable := unusable or catalogue_problem(catalogue):
-        say(f"toolgrpo validate: {unusable}", error=True)
+    if problem := unusable or catalogue_problem(catalogue):
+        say(f"toolgrpo validate: {problem}", error=True)
         return 2
     _quiet_console()
     try:
