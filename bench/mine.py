@@ -370,7 +370,7 @@ def planted(
     """Plant the mistakes of `KINDS` in a copy of the training files (in OUT, default a new
     temporary folder), run the main job on it and score the miner; with RUN (an earlier
     planted run's folder), re-mine its saved predictions instead of training."""
-    from toolgrpo.flows.retrain import RetrainParams, retrain
+    from toolgrpo.flows.retrain import RetrainOverrides, retrain
 
     if run is not None:
         folder = run.parent.parent
@@ -381,14 +381,13 @@ def planted(
         train_files, key = write_planted_copy(folder, seed)
         print(f"planted {len(key)} rows in {folder}; running the main job on them")
         started = time.perf_counter()
-        params = RetrainParams(
+        summary = retrain(
             preset=preset,
             train_files=train_files,
             out=folder / "runs",
-            config=config_overrides(set_ or []),
+            config=RetrainOverrides.from_dotted(config_overrides(set_ or [])),
             **({"audit_folds": audit_folds} if audit_folds is not None else {}),
         )
-        summary = retrain(params)
         run = summary.run_dir
         stages = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in summary.wall_s.items())
         print(f"main job: {time.perf_counter() - started:.0f} s ({stages}); run: {run}")

@@ -25,6 +25,7 @@ from transformers import (
 )
 
 from toolgrpo.evaluation.device import CPU, EvalDevice, EvaluationError
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.training.chat import chat_prompt
 
@@ -54,9 +55,12 @@ def load_model(
     return tokenizer, model
 
 
-def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> list[list[int]]:
-    """The token ids of each prompt, chat-templated: what either decoder continues."""
-    texts = [chat_prompt(tokenizer, prompt) for prompt in prompts]
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], catalogue: Catalogue | None = None
+) -> list[list[int]]:
+    """The token ids of each prompt, chat-templated with `catalogue`'s tools (default: the
+    shipped ones): what either decoder continues."""
+    texts = [chat_prompt(tokenizer, prompt, catalogue) for prompt in prompts]
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
@@ -75,10 +79,11 @@ def generate_completions(
     max_new_tokens: int,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> list[str]:
     """Greedy completions for `prompts` (chat-templated here), decoded in left-padded batches;
     `on_batch` gets the number of prompts decoded so far after each batch."""
-    encoded = encode_prompts(tokenizer, prompts)
+    encoded = encode_prompts(tokenizer, prompts, catalogue)
     eos = model.generation_config.eos_token_id or tokenizer.eos_token_id
     config = GenerationConfig(
         do_sample=False,
@@ -115,6 +120,7 @@ def generate_with_vllm(
     max_new_tokens: int,
     dtype: torch.dtype,
     gpu_memory_utilization: float,
+    catalogue: Catalogue | None = None,
 ) -> list[str]:
     """Greedy completions from vLLM for the same token ids `generate_completions` decodes; vLLM
     stops at the saved generation config's eos. Its engine is shut down before returning, so the
@@ -128,7 +134,7 @@ def generate_with_vllm(
         seed=0,
     )
     sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-    requests = [{"prompt_token_ids": ids} for ids in encode_prompts(tokenizer, prompts)]
+    requests = [{"prompt_token_ids": ids} for ids in encode_prompts(tokenizer, prompts, catalogue)]
     try:
         outputs = engine.generate(requests, sampling, use_tqdm=False)
     finally:

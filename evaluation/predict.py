@@ -102,7 +102,7 @@ def completion_checks(completion: str, solution: str, catalogue: Catalogue) -> d
         "parsed_ok": parsed_ok,
         "params_valid": params_valid,
         "params_exact": tool is not None and tool == label_tool and params == label_params,
-        "consistent": thought_action_consistent(completion),
+        "consistent": thought_action_consistent(completion, catalogue),
     }
 
 
@@ -115,6 +115,7 @@ def decode(
     settings: EvalSettings,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> list[str]:
     """Greedy completions with vLLM where `device` says so, else with `generate` (`on_batch`:
     see `generate_completions`)."""
@@ -127,6 +128,7 @@ def decode(
             max_new_tokens=settings.max_new_tokens,
             dtype=device.dtype,
             gpu_memory_utilization=grpo.vllm_gpu_memory_utilization,
+            catalogue=catalogue,
         )
     return generate_completions(
         tokenizer,
@@ -135,6 +137,7 @@ def decode(
         max_new_tokens=settings.max_new_tokens,
         batch_size=batch_size,
         on_batch=on_batch,
+        catalogue=catalogue,
     )
 
 
@@ -167,17 +170,17 @@ def predict(
     prompts = samples["prompt"].to_list()
     fitted = CPU_BATCH_SIZES
     if device.device == "cuda":
-        longest_prompt = max(map(len, encode_prompts(tokenizer, prompts)), default=0)
+        longest_prompt = max(map(len, encode_prompts(tokenizer, prompts, catalogue)), default=0)
         tokens_per_row = longest_prompt + settings.max_new_tokens
         fitted = cuda_batch_sizes(model.config, device.dtype, tokens_per_row, len(catalogue.names))
     batch_size = settings.batch_size or fitted[0]
     score_batch_size = settings.score_batch_size or fitted[1]
     on_batch = None if on_progress is None else lambda done: on_progress(done, len(prompts))
     completions = decode(
-        model_dir, tokenizer, model, prompts, device, settings, batch_size, on_batch
+        model_dir, tokenizer, model, prompts, device, settings, batch_size, on_batch, catalogue
     )
     contexts = [
-        chat_prompt(tokenizer, prompt) + action_slot_prefix(completion)
+        chat_prompt(tokenizer, prompt, catalogue) + action_slot_prefix(completion)
         for prompt, completion in zip(prompts, completions, strict=True)
     ]
     probabilities = tool_probabilities(

@@ -36,6 +36,7 @@ from toolgrpo.ablation.arms import (
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings
+from toolgrpo.schemas.catalogue import CatalogueError
 from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.tasks.ablation import (
     AblationReport,
@@ -71,8 +72,15 @@ class AblationParams(BaseModel):
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="training config fields applied to every stage"
     )
+    catalogue: Path | None = Field(
+        None, description="the tool catalogue (JSON) to train and evaluate with; None: the shipped"
+    )
     # A busy 2-core machine ran the cpu preset's SFT ~10x slower than a quiet one.
     stage_timeout_s: float = Field(7200.0, gt=0)
+
+    def training_overrides(self) -> dict[str, Any]:
+        """`overrides` of every stage, with the catalogue when one is given."""
+        return self.overrides | ({"data.catalogue": self.catalogue} if self.catalogue else {})
 
 
 def parse_params(**values: Any) -> AblationParams:
@@ -80,10 +88,10 @@ def parse_params(**values: Any) -> AblationParams:
     `AblationError` with one readable line per problem."""
     try:
         params = AblationParams(**values)
-        load_preset(params.preset, params.overrides)
+        load_preset(params.preset, params.training_overrides()).data.tool_catalogue()
     except ValidationError as error:
         raise AblationError(f"invalid ablation settings: {validation_problems(error)}") from None
-    except ConfigError as error:
+    except (ConfigError, CatalogueError) as error:
         raise AblationError(str(error)) from None
     for name in ("arms", "starts"):
         chosen = getattr(params, name)
@@ -109,11 +117,13 @@ def ablation(params: AblationParams) -> AblationReport:
     started = time.monotonic()
     logger = get_run_logger()
     threads = max(1, MAX_TORCH_THREADS // params.workers)
-    base = load_preset(params.preset, params.overrides)
+    base = load_preset(params.preset, params.training_overrides())
     steps = params.steps or base.grpo.max_steps
     eval_every = params.eval_every or max(1, steps // 3)
     seeds = [base.seed + i for i in range(params.seeds)]
-    samples = eval_samples(params.eval_files, base.runtime.eval_max_rows)
+    samples = eval_samples(
+        params.eval_files, base.runtime.eval_max_rows, base.data.tool_catalogue()
+    )
     settings = EvalSettings(max_new_tokens=base.grpo.max_completion_length, torch_threads=threads)
     timeout_s = params.stage_timeout_s
     run_dir = new_run_dir(params.out, "ablation")
@@ -124,7 +134,9 @@ def ablation(params: AblationParams) -> AblationReport:
     # Every start is submitted before any arm: task threads take work in submission order, so
     # starts train side by side and an arm only ever waits for a start that is already running.
     configs = {
-        (start, seed): start_config(params.preset, start, seed, threads, params.overrides)
+        (start, seed): start_config(
+            params.preset, start, seed, threads, params.training_overrides()
+        )
         for seed in seeds
         for start in params.starts
     }

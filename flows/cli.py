@@ -45,6 +45,20 @@ def unusable_files(paths: Sequence[Path | None]) -> str | None:
     return "; ".join(reasons) or None
 
 
+def catalogue_problem(path: Path | None) -> str | None:
+    """Why the tool catalogue file at `path` cannot be used, or None (also when not given: the
+    shipped data/tools.json)."""
+    from toolgrpo.schemas.catalogue import CatalogueError, load_catalogue
+
+    if path is None:
+        return None
+    try:
+        load_catalogue(path)
+    except CatalogueError as error:
+        return str(error)
+    return None
+
+
 def prefect_api_problem() -> str | None:
     """Why the Prefect API that PREFECT_API_URL (or the active profile) names cannot be used, or
     None: also when none is named, since a flow then starts a temporary local server."""
@@ -107,6 +121,7 @@ def ablate(
     dask: str | None = None,
     out: Path = Path("runs"),
     set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
+    catalogue: Path | None = None,
 ) -> int:
     """SFT vs GRPO vs NGRPO (zero-std) vs NGRPO (all), from each start, over SEEDS seeds.
 
@@ -114,10 +129,14 @@ def ablate(
     to a third of them; --set FIELD=VALUE overrides a training config field of every stage.
     DASK runs the arms on a Dask cluster instead of WORKERS threads here: `local` (WORKERS
     processes) or a scheduler address such as tcp://host:8786 (needs `toolgrpo[dask]`).
+    CATALOGUE: the tool catalogue (JSON) to train and evaluate with (default: data/tools.json).
     Writes ablation.md / .json / .png in a new folder under OUT.
     """
     from toolgrpo.flows.ablation import parse_params, run_ablation
 
+    if problem := catalogue_problem(catalogue):
+        say(f"ablate: {problem}", error=True)
+        return 2
     try:
         params = parse_params(
             preset=preset,
@@ -130,6 +149,7 @@ def ablate(
             dask=dask,
             out=out,
             overrides=config_overrides(set_ or []),
+            catalogue=catalogue,
         )
     except ValueError as error:  # AblationError included
         say(f"ablate: {error}", error=True)
@@ -150,27 +170,35 @@ def validate(
     ] = None,
     out: Path = Path("runs"),
     overrides: Path | None = None,
+    catalogue: Path | None = None,
 ) -> int:
     """Check sample FILES (JSONL or parquet) against the row contract; report under OUT.
 
     Prints one line per problem (file:line, what is wrong, the check) and the report's path.
     --train F… --eval F… give the files' roles: an eval row whose scenario_id or normalised
     prompt is in a training file fails (leakage); FILES of unknown role only warn. OVERRIDES: a
-    label_overrides.jsonl to apply first. Exit 0: every row valid; 1: some row or file failed;
-    2: usage error (no files, a missing file or a folder), or the report cannot be written.
+    label_overrides.jsonl to apply first. CATALOGUE: the tool catalogue (JSON) whose tool
+    names, keywords and params schemas the rows are checked against (default: data/tools.json).
+    Exit 0: every row valid; 1: some row or file failed; 2: usage error (no files, a missing
+    file or a folder, an unusable catalogue), or the report cannot be written.
     """
     from toolgrpo.flows.data_quality import data_quality
     from toolgrpo.validation.gate import DataGateFailed
 
     given = [*files, *(train or []), *(eval_ or [])]
     unusable = "no files given" if not given else unusable_files([*given, overrides])
-    if unusable:
-        say(f"toolgrpo validate: {unusable}", error=True)
+    if problem := unusable or catalogue_problem(catalogue):
+        say(f"toolgrpo validate: {problem}", error=True)
         return 2
     _quiet_console()
     try:
         report = data_quality(
-            files=list(files), out=out, overrides=overrides, train_files=train, eval_files=eval_
+            files=list(files),
+            out=out,
+            overrides=overrides,
+            train_files=train,
+            eval_files=eval_,
+            catalogue=catalogue,
         )
     except DataGateFailed as failed:
         report = failed.report
@@ -212,12 +240,15 @@ def evaluate(
     max_new_tokens: int = 350,
     batch_size: int = 32,
     torch_threads: int = 2,
+    catalogue: Path | None = None,
 ) -> int:
     """Evaluate the saved model MODEL on DATA files (JSONL or parquet) with greedy decoding.
 
     Writes predictions.parquet, metrics.json and metrics.md to a new folder under OUT and prints
-    the metrics. OVERRIDES: a label_overrides.jsonl to apply first. Exit 0: evaluated;
-    2: a data file or the model cannot be read, or the results cannot be written.
+    the metrics. OVERRIDES: a label_overrides.jsonl to apply first. CATALOGUE: the tool
+    catalogue (JSON) the model was trained with (default: data/tools.json; a run folder keeps
+    its catalogue.json). Exit 0: evaluated; 2: a data file, the catalogue or the model cannot
+    be read, or the results cannot be written.
     """
     from pydantic import ValidationError
 
@@ -228,11 +259,14 @@ def evaluate(
     from toolgrpo.reporting.evaluation import metrics_markdown
     from toolgrpo.schemas.predictions import PredictionsError
 
+    if problem := catalogue_problem(catalogue):
+        say(f"toolgrpo evaluate: {problem}", error=True)
+        return 2
     try:
         settings = EvalSettings(
             max_new_tokens=max_new_tokens, batch_size=batch_size, torch_threads=torch_threads
         )
-        report = evaluate_flow(model, data, out, overrides, settings)
+        report = evaluate_flow(model, data, out, overrides, settings, catalogue)
     except UnreadableData as error:
         for problem in error.problems:
             say(str(problem), error=True)
@@ -250,12 +284,20 @@ app.command(mine_app)
 
 
 @mine_app.default
-def mine(*, predictions: Path, audit: Path | None = None, out: Path = Path("runs")) -> int:
+def mine(
+    *,
+    predictions: Path,
+    audit: Path | None = None,
+    out: Path = Path("runs"),
+    catalogue: Path | None = None,
+) -> int:
     """Mine PREDICTIONS (a predictions.parquet written by `toolgrpo evaluate`).
 
     AUDIT: the predictions.parquet of the training files, mined as a data audit and used to
-    find near-identical requests. Writes review_queue.csv / .jsonl, findings.json and
-    findings.md to a new folder under OUT. Exit 0: mined; 2: a predictions file is unusable.
+    find near-identical requests. CATALOGUE: the tool catalogue (JSON) the predictions were
+    made with (default: data/tools.json). Writes review_queue.csv / .jsonl, findings.json and
+    findings.md to a new folder under OUT. Exit 0: mined; 2: a predictions file or the
+    catalogue is unusable.
     """
     import polars as pl
 
@@ -263,8 +305,11 @@ def mine(*, predictions: Path, audit: Path | None = None, out: Path = Path("runs
     from toolgrpo.reporting.mining import findings_markdown
     from toolgrpo.schemas.predictions import PredictionsError
 
+    if problem := catalogue_problem(catalogue):
+        say(f"toolgrpo mine: {problem}", error=True)
+        return 2
     try:
-        report, out_dir = mine_predictions(predictions, audit, out)
+        report, out_dir = mine_predictions(predictions, audit, out, catalogue)
     except (OSError, pl.exceptions.PolarsError, PredictionsError) as error:
         say(f"toolgrpo mine: {error}", error=True)
         return 2
@@ -330,26 +375,50 @@ def config_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-def _retrain_params(
+def retrain_parameters(
     preset: str,
     train: list[Path] | None,
     eval_: list[Path] | None,
     out: Path,
     set_: list[str],
     audit_folds: int | None = None,
-):
-    from toolgrpo.flows.retrain import RetrainParams
+    catalogue: Path | None = None,
+) -> dict[str, Any]:
+    """The retrain flow's parameters for `toolgrpo run`, every one checked before any flow run
+    exists: raises ValueError (ConfigError, CatalogueError, ValidationError included) with one
+    line saying what is wrong; `--set` fields get a "did you mean"."""
+    from pydantic import ValidationError
+
+    from toolgrpo.flows.retrain import FLOW_FIELDS, RetrainOverrides
+    from toolgrpo.schemas.catalogue import load_catalogue
+    from toolgrpo.schemas.errors import validation_problems
     from toolgrpo.training.config import load_preset
 
-    given = {"train_files": train or None, "eval_files": eval_ or None, "audit_folds": audit_folds}
-    params = RetrainParams(
-        preset=preset,
-        out=out,
-        config=config_overrides(set_),
-        **{k: v for k, v in given.items() if v is not None},
-    )
-    load_preset(params.preset, params.config)  # a bad field or value stops before any run
-    return params
+    overrides = config_overrides(set_)
+    if owned := sorted(overrides.keys() & FLOW_FIELDS.keys()):
+        option = "--" + FLOW_FIELDS[owned[0]].removesuffix("_files")
+        raise ValueError(f"--set {owned[0]}: the run sets it from {option}")
+    load_preset(preset, overrides)  # a bad field or value, with "did you mean"
+    if catalogue is not None:
+        load_catalogue(catalogue)
+    if audit_folds is not None and audit_folds < 0:
+        raise ValueError(f"--audit-folds: audit_folds must be at least 0, got {audit_folds}")
+    try:
+        config = RetrainOverrides.from_dotted(overrides)
+    except ValidationError as error:
+        raise ValueError(f"--set: {validation_problems(error)}") from None
+    given = {
+        "train_files": train or None,
+        "eval_files": eval_ or None,
+        "audit_folds": audit_folds,
+        "catalogue": catalogue,
+    }
+    return {
+        "preset": preset,
+        "out": out,
+        "config": config,
+        **{name: value for name, value in given.items() if value is not None},
+    }
 
 
 @app.command
@@ -363,22 +432,21 @@ def run(
     out: Path = Path("runs"),
     set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
     audit_folds: int | None = None,
+    catalogue: Path | None = None,
 ) -> int:
     """The main job: data gate, SFT, evaluate, GRPO + NGRPO, evaluate, mine, report.
 
     TRAIN and EVAL default to the shipped data; --set FIELD=VALUE overrides a training config
     field (repeatable, e.g. --set grpo.max_steps=20); --audit-folds N sets how many fold models
-    score the training rows out of sample for mining (0: none; default: the flow's). Prints
-    where the report is and the before/after accuracy. Exit 0: done; 1: the data gate or a
-    stage failed; 2: usage error.
+    score the training rows out of sample for mining (0: none; default: the flow's); CATALOGUE:
+    the tool catalogue (JSON) to validate, train and evaluate with (default: data/tools.json;
+    the run folder keeps a copy). Prints where the report is and the before/after accuracy.
+    Exit 0: done; 1: the data gate or a stage failed; 2: usage error.
     """
-    from pydantic import ValidationError
-
     from toolgrpo.flows.retrain import retrain
     from toolgrpo.reporting.markdown import markdown_table
     from toolgrpo.reporting.run_report import before_after_rows
     from toolgrpo.tasks.train import StageFailed
-    from toolgrpo.training.config import ConfigError
     from toolgrpo.validation.gate import DataGateFailed
 
     missing = [p for p in [*(train or []), *(eval_ or [])] if not p.is_file()]
@@ -386,12 +454,14 @@ def run(
         say(f"toolgrpo run: no such file: {', '.join(map(str, missing))}", error=True)
         return 2
     try:
-        params = _retrain_params(preset, train, eval_, out, set_ or [], audit_folds)
-    except (ValueError, ValidationError, ConfigError) as error:
+        parameters = retrain_parameters(
+            preset, train, eval_, out, set_ or [], audit_folds, catalogue
+        )
+    except ValueError as error:
         say(f"toolgrpo run: {error}", error=True)
         return 2
     try:
-        summary = retrain(params)
+        summary = retrain(**parameters)
     except DataGateFailed as error:  # the flow run's log lists the problem lines
         say(f"toolgrpo run: {error}", error=True)
         return 1
@@ -415,9 +485,8 @@ def serve(*, preset: Literal["smoke", "cpu", "gpu"] = "cpu", out: Path = Path("r
     Point PREFECT_API_URL at a running `prefect server start` to watch them in the UI.
     """
     from toolgrpo.flows.deployments import serve_deployments
-    from toolgrpo.flows.retrain import RetrainParams
 
-    serve_deployments(RetrainParams(preset=preset, out=out))
+    serve_deployments(preset, out)
     return 0
 
 

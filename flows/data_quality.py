@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.runtime import flow_run
 
+from toolgrpo.schemas.catalogue import catalogue_at
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
 from toolgrpo.tasks.validate import (
@@ -33,9 +34,11 @@ def data_quality(
     overrides: Path | None = None,
     train_files: list[Path] | None = None,
     eval_files: list[Path] | None = None,
+    catalogue: Path | None = None,
 ) -> DataReport:
-    """Validate FILES, TRAIN_FILES and EVAL_FILES (JSONL or parquet) against the row contract;
-    report in a new folder of OUT.
+    """Validate FILES, TRAIN_FILES and EVAL_FILES (JSONL or parquet) against the row contract
+    and the tool catalogue CATALOGUE (default: the shipped data/tools.json); report in a new
+    folder of OUT.
 
     The roles matter for leakage: an EVAL_FILES row whose scenario_id or normalised prompt is in
     a TRAIN_FILES row fails; FILES, of unknown role, only warn when they share rows with another
@@ -45,8 +48,11 @@ def data_quality(
     train_files, eval_files = train_files or [], eval_files or []
     paths = [*(files or []), *train_files, *eval_files]
     tag_flow_run(f"data:{files_hash(paths)[:SHORT_HASH]}")
-    samples = load_samples(paths, overrides)
-    checked = validate_samples(samples, list(map(str, train_files)), list(map(str, eval_files)))
+    tools = catalogue_at(catalogue)
+    samples = load_samples(paths, overrides, tools)
+    checked = validate_samples(
+        samples, list(map(str, train_files)), list(map(str, eval_files)), tools
+    )
     counts = summarise_samples(samples)
     report = publish_data_report(checked, counts, new_run_dir(out, "data-quality"))
     return report if report.ok else failed_gate(report)

@@ -18,7 +18,7 @@ from prefect.events.schemas.automations import AutomationCore
 from prefect.exceptions import ObjectNotFound
 
 from toolgrpo.flows.data_quality import data_quality
-from toolgrpo.flows.retrain import RetrainParams, retrain
+from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, SHIPPED_TRAIN_FILES, retrain
 
 NIGHTLY_CRON = "0 2 * * *"  # 02:00 every night; unchanged data hits the training cache
 DATA_QUALITY_INTERVAL_S = 3600
@@ -31,15 +31,15 @@ class NotificationError(ValueError):
     """The notification block named for the automation cannot be used; says which and why."""
 
 
-def deployments(params: RetrainParams | None = None) -> list[RunnerDeployment]:
-    """The nightly retrain (with `params`) and the hourly report on the same data files, with the
-    same roles (so an eval row found in the training files fails both)."""
-    params = params or RetrainParams()
+def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDeployment]:
+    """The nightly retrain (of `preset`, into `out`) and the hourly report on the same data
+    files, with the same roles (so an eval row found in the training files fails both); every
+    other parameter is the retrain flow's default, listed on the deployment's form."""
     return [
         retrain.to_deployment(
             name=RETRAIN_DEPLOYMENT,
             cron=NIGHTLY_CRON,
-            parameters={"params": params.model_dump(mode="json")},
+            parameters={"preset": preset, "out": str(out)},
             description="Gate, train SFT + GRPO/NGRPO, evaluate, mine, report.",
             tags=["toolgrpo", "training"],
         ),
@@ -47,9 +47,9 @@ def deployments(params: RetrainParams | None = None) -> list[RunnerDeployment]:
             name=DATA_QUALITY_DEPLOYMENT,
             interval=DATA_QUALITY_INTERVAL_S,
             parameters={
-                "train_files": [str(p) for p in params.train_files],
-                "eval_files": [str(p) for p in params.eval_files],
-                "out": str(params.out),
+                "train_files": [str(p) for p in SHIPPED_TRAIN_FILES],
+                "eval_files": [str(p) for p in SHIPPED_EVAL_FILES],
+                "out": str(out),
             },
             description="Validate the labelled data and publish the data-quality report.",
             tags=["toolgrpo", "data-quality"],
@@ -57,9 +57,9 @@ def deployments(params: RetrainParams | None = None) -> list[RunnerDeployment]:
     ]
 
 
-def serve_deployments(params: RetrainParams | None = None) -> None:
+def serve_deployments(preset: str = "cpu", out: Path = Path("runs")) -> None:
     """Serve both deployments with their schedules until interrupted."""
-    serve(*deployments(params))
+    serve(*deployments(preset, out))
 
 
 def failure_automation(block_document_id: UUID) -> AutomationCore:

@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import flow
 
 from toolgrpo.evaluation.predict import EvalSettings
+from toolgrpo.schemas.catalogue import catalogue_at
 from toolgrpo.schemas.problems import Problem
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
 from toolgrpo.tasks.load import load_samples
@@ -31,14 +32,16 @@ def evaluate(
     out: Path = Path("runs"),
     overrides: Path | None = None,
     settings: EvalSettings | None = None,
+    catalogue: Path | None = None,
 ) -> EvalReport:
-    """Evaluate the saved MODEL on DATA (JSONL or parquet); files in a new folder of OUT.
+    """Evaluate the saved MODEL on DATA (JSONL or parquet) with the tool catalogue CATALOGUE it
+    was trained with (default: the shipped data/tools.json); files in a new folder of OUT.
 
     Raises `UnreadableData` when a data file or row cannot be read (nothing is evaluated).
     """
-    loaded = load_samples(data, overrides)
+    tools = catalogue_at(catalogue)
+    loaded = load_samples(data, overrides, tools)
     if loaded.problems:
         raise UnreadableData(loaded.problems)
-    return evaluate_model(
-        model, loaded.frame, new_run_dir(out, "evaluate"), settings or EvalSettings()
-    )
+    out_dir = new_run_dir(out, "evaluate")
+    return evaluate_model(model, loaded.frame, out_dir, settings or EvalSettings(), catalogue=tools)

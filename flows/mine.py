@@ -8,25 +8,30 @@ import polars as pl
 from prefect import flow
 
 from toolgrpo.mining.report import MiningReport
-from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, catalogue_at
 from toolgrpo.schemas.predictions import validate_predictions
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.runs import new_run_dir
 
 
-def read_predictions(path: Path) -> pl.DataFrame:
-    """A predictions.parquet, checked against the predictions contract (raises
+def read_predictions(path: Path, catalogue: Catalogue) -> pl.DataFrame:
+    """A predictions.parquet, checked against the predictions contract of `catalogue` (raises
     `PredictionsError`, OSError or a polars error naming what is wrong)."""
-    return validate_predictions(pl.read_parquet(path), default_catalogue())
+    return validate_predictions(pl.read_parquet(path), catalogue)
 
 
 @flow(name="mine", log_prints=True)
 def mine_predictions(
-    predictions: Path, audit: Path | None = None, out: Path = Path("runs")
+    predictions: Path,
+    audit: Path | None = None,
+    out: Path = Path("runs"),
+    catalogue: Path | None = None,
 ) -> tuple[MiningReport, Path]:
-    """Mine PREDICTIONS (and AUDIT, the training rows' predictions) into a new folder of OUT;
+    """Mine PREDICTIONS (and AUDIT, the training rows' predictions), made with the tool
+    catalogue CATALOGUE (default: the shipped data/tools.json), into a new folder of OUT;
     returns the report and that folder."""
-    eval_frame = read_predictions(predictions)
-    audit_frame = read_predictions(audit) if audit is not None else None
+    tools = catalogue_at(catalogue)
+    eval_frame = read_predictions(predictions, tools)
+    audit_frame = read_predictions(audit, tools) if audit is not None else None
     out_dir = new_run_dir(out, "mine")
-    return mine(eval_frame, audit_frame, out_dir), out_dir
+    return mine(eval_frame, audit_frame, out_dir, tools), out_dir

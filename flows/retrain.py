@@ -1,32 +1,36 @@
 """The main job: data gate → SFT → evaluate → GRPO (NGRPO) → evaluate → mine → report.
 
-Training is cached on a fingerprint of the validated training rows and the training config, so a
-scheduled run on unchanged data reuses the last models instead of retraining.
+Training is cached on a fingerprint of the validated training rows, the tool catalogue and the
+training config, so a scheduled run on unchanged data reuses the last models instead of
+retraining.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 import polars as pl
 from prefect import flow, get_run_logger
 from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.runtime import flow_run
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from toolgrpo import training
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
+from toolgrpo.reporting.files import replace_file
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.reporting.run_report import before_after_rows
+from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, Catalogue, load_catalogue
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.schemas.samples import TRAINING_COLUMNS
 from toolgrpo.tasks.audit import cross_fitted_audit
-from toolgrpo.tasks.evaluate import evaluate_model
+from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
@@ -38,46 +42,30 @@ from toolgrpo.tasks.validate import (
     summarise_samples,
     validate_samples,
 )
-from toolgrpo.training.config import TrainConfig, load_preset
+from toolgrpo.training.config import TrainConfig, load_preset, overrides_model
 from toolgrpo.training.metrics import read_metrics
 from toolgrpo.validation.loader import LoadedSamples
 
 TRAIN_FILES = {"single": "single_step.jsonl", "multi": "multistep.jsonl"}
-
-
-class RetrainParams(BaseModel):
-    """The retrain flow's parameters (Prefect renders them as a form in the UI)."""
-
-    preset: Literal["smoke", "cpu", "gpu"] = Field("cpu", description="training preset")
-    train_files: list[Path] = Field(
-        default=[DATA_DIR / "train" / "single_step.jsonl", DATA_DIR / "train" / "multistep.jsonl"],
-        description="labelled training rows (JSONL or parquet)",
-    )
-    eval_files: list[Path] = Field(
-        default=[
-            DATA_DIR / "eval" / "single_step.jsonl",
-            DATA_DIR / "eval" / "multistep.jsonl",
-            DATA_DIR / "eval" / "unseen_phrasing.jsonl",
-        ],
-        description="held-out rows, split from training by scenario",
-    )
-    label_overrides: Path | None = Field(
-        LABEL_OVERRIDES,
-        description="reviewed label decisions applied to the rows (skipped if the file is absent)",
-    )
-    out: Path = Field(Path("runs"), description="each run gets a new folder here")
-    config: dict[str, Any] = Field(
-        default_factory=dict, description="training config fields to override (training.config)"
-    )
-    audit_training_rows: bool = Field(True, description="also mine the training rows")
-    # A flow parameter, not a training config field: it trains extra models for mining and
-    # changes none of the run's weights (README: "Label checks and the cross-fitted audit").
-    # Off by default: K fold models cost (K - 1) SFT runs of the whole data on top of the main
-    # job, and the context checks find the planted mistakes without them (README).
-    audit_folds: int = Field(
-        0, ge=0, description="fold models scoring the training rows out of sample; 0 or 1: none"
-    )
-    stage_timeout_s: float = Field(3 * 3600, gt=0, description="deadline of each training stage")
+CATALOGUE_FILE = "catalogue.json"
+SHIPPED_TRAIN_FILES = [
+    DATA_DIR / "train" / "single_step.jsonl",
+    DATA_DIR / "train" / "multistep.jsonl",
+]
+SHIPPED_EVAL_FILES = [
+    DATA_DIR / "eval" / "single_step.jsonl",
+    DATA_DIR / "eval" / "multistep.jsonl",
+    DATA_DIR / "eval" / "unseen_phrasing.jsonl",
+]
+# Training config fields the flow sets itself, and the parameter that sets each.
+FLOW_FIELDS = {
+    "data.train_single_step": "train_files",
+    "data.train_multistep": "train_files",
+    "data.catalogue": "catalogue",
+}
+# The training config fields a run can override, typed and described for the deployment form.
+RetrainOverrides = overrides_model(skip=FLOW_FIELDS)
+Preset = Literal["smoke", "cpu", "gpu"]
 
 
 def training_code() -> list[Path]:
@@ -87,11 +75,12 @@ def training_code() -> list[Path]:
 
 
 def fingerprint(paths: list[Path], config: TrainConfig, code: list[Path] | None = None) -> str:
-    """A hash of the training rows' bytes, the config fields that change the trained weights
-    (`TrainConfig.weights_key`), and the training code (`training_code()` by default): a changed
-    trainer retrains, as new data does."""
+    """A hash of the training rows' bytes, the tool catalogue's (`config.data.catalogue`), the
+    config fields that change the trained weights (`TrainConfig.weights_key`), and the training
+    code (`training_code()` by default): a changed trainer or catalogue retrains, as new data
+    does."""
     digest = hashlib.sha256()
-    for path in [*paths, *(training_code() if code is None else code)]:
+    for path in [*paths, config.data.catalogue, *(training_code() if code is None else code)]:
         digest.update(path.read_bytes())
     digest.update(config.weights_key().encode())
     return digest.hexdigest()
@@ -108,15 +97,28 @@ def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
     return paths
 
 
-def data_gate(params: RetrainParams, run_dir: Path) -> tuple[LoadedSamples, DataReport]:
-    """Validate every input file, an eval row found in the training files included (leakage),
-    and publish the report; the flow stops before any training when it fails."""
-    overrides = params.label_overrides
-    if overrides is not None and not overrides.is_file():
-        overrides = None
-    loaded = load_samples([*params.train_files, *params.eval_files], overrides)
+def keep_catalogue(catalogue: Path | None, run_dir: Path) -> Path:
+    """A copy of the catalogue file (default: the shipped one) in the run folder, which the
+    stages read: the run keeps the catalogue it was trained and evaluated with."""
+    source = catalogue or DEFAULT_CATALOGUE
+    return replace_file(run_dir / CATALOGUE_FILE, lambda path: shutil.copyfile(source, path))
+
+
+def data_gate(
+    train_files: list[Path],
+    eval_files: list[Path],
+    label_overrides: Path | None,
+    catalogue: Catalogue,
+    run_dir: Path,
+) -> tuple[LoadedSamples, DataReport]:
+    """Validate every input file against `catalogue`, an eval row found in the training files
+    included (leakage), and publish the report; the flow stops before any training when it
+    fails."""
+    if label_overrides is not None and not label_overrides.is_file():
+        label_overrides = None
+    loaded = load_samples([*train_files, *eval_files], label_overrides, catalogue)
     report = validate_samples(
-        loaded, [str(p) for p in params.train_files], [str(p) for p in params.eval_files]
+        loaded, [str(p) for p in train_files], [str(p) for p in eval_files], catalogue
     )
     return loaded, publish_data_report(
         report, summarise_samples(loaded), _subdir(run_dir, "data_quality")
@@ -153,50 +155,77 @@ def _subdir(run_dir: Path, name: str) -> Path:
 
 def _retrain_run_name() -> str:
     """`retrain-cpu-20261201-0529`."""
-    params = RetrainParams.model_validate(flow_run.parameters.get("params") or {})
-    return run_name("retrain", params.preset)
+    return run_name("retrain", flow_run.parameters.get("preset", "cpu"))
 
 
 @flow(name="retrain", flow_run_name=_retrain_run_name, log_prints=True)
-def retrain(params: RetrainParams | None = None) -> RunSummary:
+def retrain(
+    preset: Preset = "cpu",
+    train_files: list[Path] = SHIPPED_TRAIN_FILES,
+    eval_files: list[Path] = SHIPPED_EVAL_FILES,
+    catalogue: Path | None = None,
+    label_overrides: Path | None = LABEL_OVERRIDES,
+    config: RetrainOverrides | None = None,
+    out: Path = Path("runs"),
+    audit_training_rows: bool = True,
+    audit_folds: Annotated[int, Field(ge=0)] = 0,
+    stage_timeout_s: Annotated[float, Field(gt=0)] = 3 * 3600,
+) -> RunSummary:
     """Gate the data, train SFT then GRPO + NGRPO, evaluate both, mine errors, publish a report.
 
     A failed data gate ends the run Failed before any training (calling the flow then raises
     `DataGateFailed` with the report), as does a failed training stage (`StageFailed`).
+
+    Args:
+        preset: the training preset (smoke: a plumbing check; cpu: the main job on 2 cores;
+            gpu: a real base model, LoRA, bf16)
+        train_files: labelled training rows (JSONL or parquet)
+        eval_files: held-out rows, split from the training rows by scenario
+        catalogue: the tool catalogue (JSON) the rows, rewards and evaluation use; empty: the
+            shipped data/tools.json. The run folder keeps a copy (catalogue.json).
+        label_overrides: reviewed label decisions applied to the rows (skipped if the file is
+            absent)
+        config: training config fields to override, by section (e.g. grpo.max_steps); a field
+            left empty keeps the preset's value
+        out: each run gets a new folder here
+        audit_training_rows: also evaluate the GRPO model on the training rows and mine them
+        audit_folds: fold models scoring the training rows out of sample, for mining; 0 or 1:
+            none. Each costs an SFT run on top of the main job; it changes none of the run's
+            weights
+        stage_timeout_s: deadline of each training stage, in seconds
     """
-    params = params or RetrainParams()
     logger = get_run_logger()
-    data_hash = files_hash([*params.train_files, *params.eval_files])
-    tag_flow_run(f"preset:{params.preset}", f"data:{data_hash[:SHORT_HASH]}")
-    run_dir = new_run_dir(params.out, f"retrain-{params.preset}").resolve()
+    data_hash = files_hash([*train_files, *eval_files])
+    tag_flow_run(f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
+    run_dir = new_run_dir(out, f"retrain-{preset}").resolve()
     logger.info("run folder: %s", run_dir)
     wall: dict[str, float] = {}
 
     started = time.monotonic()
-    loaded, gate = data_gate(params, run_dir)
+    catalogue_copy = keep_catalogue(catalogue, run_dir)
+    tools = load_catalogue(catalogue_copy)
+    loaded, gate = data_gate(train_files, eval_files, label_overrides, tools, run_dir)
     if not gate.ok:
         return failed_gate(gate)
-    train_paths = {str(p) for p in params.train_files}
-    is_train = pl.col("file").is_in(train_paths)
+    is_train = pl.col("file").is_in({str(p) for p in train_files})
     single_path, multi_path = write_training_rows(loaded.frame.filter(is_train), run_dir / "data")
-    config = load_preset(
-        params.preset,
+    train_config = load_preset(
+        preset,
         {
-            **params.config,
+            **(config.dotted() if config else {}),
             "data.train_single_step": single_path,
             "data.train_multistep": multi_path,
+            "data.catalogue": catalogue_copy,
         },
     )
-    train_rows = evaluation_rows(loaded.frame.filter(is_train), config.runtime.eval_max_rows)
-    eval_rows = evaluation_rows(loaded.frame.filter(~is_train), config.runtime.eval_max_rows)
-    settings = EvalSettings(max_new_tokens=config.grpo.max_completion_length)
-    key = fingerprint([single_path, multi_path], config)
+    train_rows = evaluation_rows(loaded.frame.filter(is_train), train_config.runtime.eval_max_rows)
+    eval_rows = evaluation_rows(loaded.frame.filter(~is_train), train_config.runtime.eval_max_rows)
+    settings = EvalSettings(max_new_tokens=train_config.grpo.max_completion_length)
+    key = fingerprint([single_path, multi_path], train_config)
     wall["data gate"] = time.monotonic() - started
 
-    sft = cached_stage("sft", key, run_dir, config, params.stage_timeout_s)
-    grpo = cached_stage(
-        "grpo", key, run_dir, config, params.stage_timeout_s, init_dir=sft.model_dir
-    )
+    sft = cached_stage("sft", key, run_dir, train_config, stage_timeout_s)
+    grpo = cached_stage("grpo", key, run_dir, train_config, stage_timeout_s, sft.model_dir)
     retrained = sft.model_dir.is_relative_to(run_dir)
     if not retrained:
         logger.info(
@@ -207,17 +236,15 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     wall["sft"], wall["grpo"] = (sft.wall_s, grpo.wall_s) if retrained else (0.0, 0.0)
 
     started = time.monotonic()
-    before = evaluate_model(
-        sft.model_dir, eval_rows, run_dir / "eval_sft", settings, label="evaluate sft · eval"
-    )
-    after = evaluate_model(
-        grpo.model_dir, eval_rows, run_dir / "eval_grpo", settings, label="evaluate grpo · eval"
-    )
+
+    def evaluate(model_dir: Path, rows: pl.DataFrame, name: str, label: str) -> EvalReport:
+        return evaluate_model(model_dir, rows, run_dir / name, settings, label, tools)
+
+    before = evaluate(sft.model_dir, eval_rows, "eval_sft", "evaluate sft · eval")
+    after = evaluate(grpo.model_dir, eval_rows, "eval_grpo", "evaluate grpo · eval")
     audit = (
-        evaluate_model(
-            grpo.model_dir, train_rows, run_dir / "eval_train", settings, label="audit · train"
-        )
-        if params.audit_training_rows
+        evaluate(grpo.model_dir, train_rows, "eval_train", "audit · train")
+        if audit_training_rows
         else None
     )
     wall["evaluate"] = time.monotonic() - started
@@ -226,11 +253,11 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     cross_fitted = cross_fitted_audit(
         train_rows,
         [single_path, multi_path],
-        config,
+        train_config,
         key,
-        params.audit_folds,
+        audit_folds,
         run_dir / "audit",
-        params.stage_timeout_s,
+        stage_timeout_s,
     )
     wall["cross-fitted audit"] = time.monotonic() - started
 
@@ -239,6 +266,7 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
         pl.read_parquet(after.predictions_path),
         pl.read_parquet(audit.predictions_path) if audit else None,
         run_dir / "mining",
+        tools,
         cross_fitted=cross_fitted,
         labels=loaded.frame,
     )
@@ -246,7 +274,7 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
 
     grpo_metrics = read_metrics(grpo.metrics_path)
     summary = RunSummary(
-        preset=params.preset,
+        preset=preset,
         run_dir=run_dir,
         data_hash=data_hash,
         config_hash=key,

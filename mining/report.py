@@ -77,7 +77,7 @@ def mine_errors(
         frames,
         catalogue,
         {i for ids in label_issues.values() for i in ids},
-        label_inconsistencies(labels) if labels is not None else (),
+        label_inconsistencies(labels, catalogue) if labels is not None else (),
         scored,
     )
     counts: dict[str, dict[str, int]] = defaultdict(dict)

@@ -1,4 +1,10 @@
-"""The tool catalogue (data/tools.json) and the one params validator everything reuses."""
+"""The tool catalogue (data/tools.json unless `--catalogue PATH`) and the one params validator
+everything reuses.
+
+A catalogue is passed explicitly to whatever reads tool names, keywords or params schemas, with
+the shipped one as the default; it hashes by content, so the per-catalogue caches
+(`functools.cache` on a function of the catalogue) hold one entry per distinct catalogue.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import fastjsonschema
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.errors import validation_problems
 
 DEFAULT_CATALOGUE = DATA_DIR / "tools.json"
 
@@ -41,7 +48,7 @@ class Catalogue(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     version: int
-    tools: list[Tool]
+    tools: list[Tool] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _names_unique_and_schemas_compile(self) -> Catalogue:
@@ -54,6 +61,13 @@ class Catalogue(BaseModel):
             except fastjsonschema.JsonSchemaDefinitionException as error:
                 raise ValueError(f"tool {tool.name!r}: invalid params schema: {error}") from None
         return self
+
+    def __hash__(self) -> int:
+        return hash(self._content)
+
+    @cached_property
+    def _content(self) -> str:
+        return self.model_dump_json()
 
     @property
     def names(self) -> list[str]:
@@ -82,9 +96,30 @@ class Catalogue(BaseModel):
         return self.params_error(tool, params) is None
 
 
+class CatalogueError(ValueError):
+    """A catalogue file that cannot be used: one line saying which file and why."""
+
+
 def load_catalogue(path: Path | str = DEFAULT_CATALOGUE) -> Catalogue:
-    """The catalogue at `path`, validated (unique names, compilable params schemas)."""
-    return Catalogue.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+    """The catalogue at `path`, validated (unique names, compilable params schemas); raises
+    `CatalogueError` when the file is missing, not JSON or not a catalogue."""
+    path = Path(path)
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise CatalogueError(f"{path}: cannot read the tool catalogue: {error.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CatalogueError(f"{path}: the tool catalogue is not JSON: {error}") from None
+    try:
+        return Catalogue.model_validate(values)
+    except ValidationError as error:
+        problems = validation_problems(error, whole="catalogue")
+        raise CatalogueError(f"{path}: not a tool catalogue: {problems}") from None
+
+
+def catalogue_at(path: Path | str | None) -> Catalogue:
+    """The catalogue at `path`, or the shipped one when `path` is None."""
+    return default_catalogue() if path is None else load_catalogue(path)
 
 
 @cache

@@ -15,7 +15,7 @@ import polars as pl
 from pandera.polars import PolarsData
 from pydantic import BaseModel, ConfigDict
 
-from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.problems import shown
 
 KINDS = ("single", "multi")
@@ -105,20 +105,23 @@ def _is_json_string(parent: str, key: str, value: str) -> pl.Expr:
     return pl.col(parent).str.contains(pl.lit(f'"{key}":') + literal, literal=True)
 
 
-def _params_error(pair: dict[str, str | None]) -> str | None:
+def _params_error(pair: dict[str, str | None], catalogue: Catalogue) -> str | None:
     tool, params = pair["action_tool"], pair["action_params"]
-    if tool not in default_catalogue().names or params is None:
+    if tool not in catalogue.names or params is None:
         return None  # unknown tools and non-object params fail their own checks
-    return default_catalogue().params_error(tool, json.loads(params))
+    return catalogue.params_error(tool, json.loads(params))
 
 
-def parse_solution(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with the solution's typed parts as columns, each null unless it has its type.
+def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> pl.DataFrame:
+    """`frame` with the solution's typed parts as columns, each null unless it has its type, and
+    what `catalogue` (default: the shipped one) says of the row's tools.
 
     `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
     compact JSON); `plan` (a list of strings, as compact JSON); `params_error` (why the params do
-    not fit the tool's JSON Schema). Each distinct solution is parsed once.
+    not fit the tool's JSON Schema); `tool_known` (`tool` is a catalogue tool). Each distinct
+    solution is parsed once.
     """
+    catalogue = catalogue or default_catalogue()
     text = (
         frame.select(pl.col("solution").unique(maintain_order=True))
         .with_columns(
@@ -151,12 +154,13 @@ def parse_solution(frame: pl.DataFrame) -> pl.DataFrame:
         .unique()
         .with_columns(
             params_error=pl.struct("action_tool", "action_params").map_elements(
-                _params_error, return_dtype=pl.String
+                lambda pair: _params_error(pair, catalogue), return_dtype=pl.String
             )
         )
     )
     parts = parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
-    return frame.join(parts, on="solution", how="left", maintain_order="left")
+    parsed = frame.join(parts, on="solution", how="left", maintain_order="left")
+    return parsed.with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
 
 
 def previous_steps_listed() -> pl.Expr:
@@ -222,11 +226,6 @@ class Sample(pa.DataFrameModel):
     def lang_known(cls, data: PolarsData) -> pl.LazyFrame:
         """`lang` is "en" or "zh"."""
         return data.lazyframe.select(pl.col("lang").is_in(LANGS))
-
-    @pa.dataframe_check
-    def tool_in_catalogue(cls, data: PolarsData) -> pl.LazyFrame:
-        """`tool` names a tool of data/tools.json."""
-        return data.lazyframe.select(pl.col("tool").is_in(default_catalogue().names))
 
     @pa.dataframe_check
     def prompt_not_empty(cls, data: PolarsData) -> pl.LazyFrame:
@@ -295,6 +294,12 @@ class ParsedSample(Sample):
     action_params: str = pa.Field(nullable=True)
     plan: str = pa.Field(nullable=True)
     params_error: str = pa.Field(nullable=True)
+    tool_known: bool
+
+    @pa.dataframe_check
+    def tool_in_catalogue(cls, data: PolarsData) -> pl.LazyFrame:
+        """`tool` names a tool of the catalogue (data/tools.json unless another is given)."""
+        return data.lazyframe.select(pl.col("tool_known"))
 
     @pa.dataframe_check
     def solution_is_json_object(cls, data: PolarsData) -> pl.LazyFrame:
@@ -370,7 +375,7 @@ FAILURE_DETAILS: dict[str, pl.Expr] = {
         "{} row has step {} of n_steps {}", shown_column("kind"), pl.col("step"), pl.col("n_steps")
     ),
     "lang_known": pl.format('lang is "{}" (expected "en" or "zh")', shown_column("lang")),
-    "tool_in_catalogue": pl.format('tool "{}" is not in data/tools.json', shown_column("tool")),
+    "tool_in_catalogue": pl.format('tool "{}" is not in the tool catalogue', shown_column("tool")),
     "prompt_not_empty": pl.lit("prompt is empty"),
     "prompt_within_length": _length_detail("prompt", MAX_PROMPT_CHARS),
     "solution_within_length": _length_detail("solution", MAX_SOLUTION_CHARS),

@@ -31,6 +31,7 @@ from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
 from toolgrpo.reporting.files import write_text_file
 from toolgrpo.reporting.plots import plot_multi_step, png_data_uri
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import train_stage
@@ -39,9 +40,11 @@ from toolgrpo.training.metrics import read_metrics
 from toolgrpo.validation.loader import load_samples
 
 
-def eval_samples(paths: list[Path], max_rows: int | None) -> pl.DataFrame:
+def eval_samples(
+    paths: list[Path], max_rows: int | None, catalogue: Catalogue | None = None
+) -> pl.DataFrame:
     """The held-out rows of `paths` (at most `max_rows` per file), read by the data loader."""
-    loaded = load_samples(paths)
+    loaded = load_samples(paths, catalogue=catalogue)
     if loaded.problems:
         shown = "; ".join(str(problem) for problem in loaded.problems[:3])
         raise AblationError(f"{len(loaded.problems)} unreadable eval rows or files: {shown}")
@@ -49,12 +52,19 @@ def eval_samples(paths: list[Path], max_rows: int | None) -> pl.DataFrame:
 
 
 def evaluate_steps(
-    models: dict[int, Path], samples: pl.DataFrame, out_dir: Path, settings: EvalSettings
+    models: dict[int, Path],
+    samples: pl.DataFrame,
+    out_dir: Path,
+    settings: EvalSettings,
+    catalogue: Catalogue,
 ) -> list[Scores]:
-    """Evaluate each model (step → directory) on `samples`, writing `out_dir/step-N/`."""
+    """Evaluate each model (step → directory) on `samples` with the tool catalogue it was
+    trained with, writing `out_dir/step-N/`."""
     scores = []
     for step, model_dir in sorted(models.items()):
-        report = evaluate_and_write(model_dir, samples, out_dir / f"step-{step}", settings)
+        report = evaluate_and_write(
+            model_dir, samples, out_dir / f"step-{step}", settings, catalogue=catalogue
+        )
         scores.append(scores_of(report.metrics, step))
     return scores
 
@@ -70,7 +80,8 @@ def train_start(
 ) -> StartRun:
     """Train the SFT checkpoint of one start and seed in `run_dir` and evaluate it."""
     sft = train_stage("sft", run_dir, config, timeout_s=timeout_s)
-    (scores,) = evaluate_steps({0: sft.model_dir}, samples, run_dir / "eval", settings)
+    catalogue = config.data.tool_catalogue()
+    (scores,) = evaluate_steps({0: sft.model_dir}, samples, run_dir / "eval", settings, catalogue)
     get_run_logger().info("%s seed %d: SFT multi-step %s", start, config.seed, scores.multi)
     return StartRun(start=start, seed=config.seed, model_dir=sft.model_dir, scores=scores)
 
@@ -89,7 +100,11 @@ def train_arm(
     grpo = train_stage("grpo", run_dir, config, timeout_s=timeout_s, init_dir=start.model_dir)
     stage_dir = grpo.model_dir.parent
     curve = evaluate_steps(
-        checkpoint_models(stage_dir, config.grpo.max_steps), samples, run_dir / "eval", settings
+        checkpoint_models(stage_dir, config.grpo.max_steps),
+        samples,
+        run_dir / "eval",
+        settings,
+        config.data.tool_catalogue(),
     )
     record = ArmRun(
         start=start.start,

@@ -61,6 +61,7 @@ def cross_fitted_audit(
     files = {path.name: pl.read_ndjson(path) for path in training_files}
     scenarios = pl.concat([frame.select("scenario_id", "kind") for frame in files.values()])
     settings = EvalSettings(max_new_tokens=config.grpo.max_completion_length)
+    catalogue = config.data.tool_catalogue()
     predictions = []
     for index, held_out in enumerate(scenario_folds(scenarios.iter_rows(), folds, config.seed)):
         fold_dir = out_dir / f"fold-{index + 1}-of-{folds}"
@@ -75,7 +76,9 @@ def cross_fitted_audit(
         digest = hashlib.sha256(f"{key}|{fold.weights_key()}|{sorted(held_out)}".encode())
         stage = _fold_stage(fold_dir, fold, digest.hexdigest(), timeout_s)
         scored = rows.filter(pl.col("scenario_id").is_in(sorted(held_out)))
-        report = evaluate_and_write(stage.model_dir, scored, fold_dir / "eval", settings)
+        report = evaluate_and_write(
+            stage.model_dir, scored, fold_dir / "eval", settings, catalogue=catalogue
+        )
         logger.info(
             "fold %d/%d: trained on %d rows, scored %d held-out rows, tool accuracy %s",
             index + 1,

@@ -24,6 +24,7 @@ from toolgrpo.evaluation.predict import DEFAULT_SETTINGS, EvalSettings, predict
 from toolgrpo.reporting.evaluation import metrics_markdown, metrics_tables
 from toolgrpo.reporting.files import replace_file, write_text_file
 from toolgrpo.reporting.markdown import markdown_table
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.tasks.progress import update_progress
 from toolgrpo.training.metrics import progress_line
 
@@ -61,13 +62,17 @@ def evaluate_and_write(
     out_dir: Path,
     settings: EvalSettings,
     on_progress: Callable[[int, int], None] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> EvalReport:
-    """Predict on `samples` on the model's device (`evaluation.device`), compute the metrics,
-    write both to `out_dir`."""
+    """Predict on `samples` on the model's device (`evaluation.device`) with the tools of
+    `catalogue` (default: the shipped ones), compute the metrics, write both to `out_dir`."""
     device = eval_device(model_dir, settings.device)
     print(f"evaluating {model_dir} into {out_dir}: {device.describe()}")
-    predictions = predict(model_dir, samples, settings, device=device, on_progress=on_progress)
-    return write_evaluation(predictions, compute_metrics(predictions), Path(model_dir), out_dir)
+    predictions = predict(
+        model_dir, samples, settings, catalogue, device=device, on_progress=on_progress
+    )
+    metrics = compute_metrics(predictions, catalogue)
+    return write_evaluation(predictions, metrics, Path(model_dir), out_dir)
 
 
 def _progress_reporter(label: str) -> Callable[[int, int], None]:
@@ -99,10 +104,12 @@ def evaluate_model(
     out_dir: Path,
     settings: EvalSettings = DEFAULT_SETTINGS,
     label: str = "evaluate",
+    catalogue: Catalogue | None = None,
 ) -> EvalReport:
     """`evaluate_and_write` as a Prefect task named `label` (e.g. `evaluate sft · eval`), with its
     progress in the log and a progress artifact, and its accuracy table in the log."""
-    report = evaluate_and_write(model_dir, samples, out_dir, settings, _progress_reporter(label))
+    progress = _progress_reporter(label)
+    report = evaluate_and_write(model_dir, samples, out_dir, settings, progress, catalogue)
     accuracy = markdown_table(metrics_tables(report.metrics)["accuracy"])
     get_run_logger().info("%s: tool accuracy (n: rows evaluated)\n%s", label, accuracy)
     return report

@@ -8,11 +8,14 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.validation import loader
 from toolgrpo.validation.loader import LoadedSamples
 
 
 @task(name="load samples", task_run_name="load", cache_policy=NO_CACHE)
-def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> LoadedSamples:
+def load_samples(
+    paths: Sequence[Path], overrides: Path | None = None, catalogue: Catalogue | None = None
+) -> LoadedSamples:
     """`validation.loader.load_samples` as a Prefect task."""
-    return loader.load_samples(paths, overrides)
+    return loader.load_samples(paths, overrides, catalogue)

@@ -24,6 +24,7 @@ from toolgrpo.reporting.data_quality import (
     render_markdown,
 )
 from toolgrpo.reporting.files import write_csv_file, write_text_file
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.validation import gate
 from toolgrpo.validation.gate import DataGateFailed
@@ -39,9 +40,10 @@ def validate_samples(
     loaded: LoadedSamples,
     train_files: Collection[str] | None = None,
     eval_files: Collection[str] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> DataReport:
     """`validation.gate.validate_samples` as a Prefect task."""
-    return gate.validate_samples(loaded, train_files, eval_files)
+    return gate.validate_samples(loaded, train_files, eval_files, catalogue)
 
 
 @task(name="count rows", task_run_name="count rows", cache_policy=NO_CACHE)

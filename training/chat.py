@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from transformers import PreTrainedTokenizerBase
 
-from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 
 
-def _system_prompt() -> str:
-    tools = ", ".join(default_catalogue().names)
+# Short on purpose: a tiny model reads it on every row, and the SFT warm start teaches the params
+# and the format itself. It names the catalogue's tools, so a model evaluates with the catalogue
+# it was trained with.
+@cache
+def system_prompt(catalogue: Catalogue) -> str:
+    """The system turn: the tools of `catalogue` and the answer's format."""
+    tools = ", ".join(catalogue.names)
     return (
         f"You are a financial assistant. Call one tool per step: {tools}. "
         "Reply with one JSON object: thought, action {tool, params}, plan."
     )
 
 
-# Built once from the catalogue. Short on purpose: a tiny model reads it on every row, and the
-# SFT warm start teaches the params and the format itself.
-SYSTEM_PROMPT: str = _system_prompt()
-
-
-def chat_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
-    """The chat-templated text for `prompt` (system prompt, user turn, assistant header)."""
+def chat_prompt(
+    tokenizer: PreTrainedTokenizerBase, prompt: str, catalogue: Catalogue | None = None
+) -> str:
+    """The chat-templated text for `prompt` (system prompt naming the tools of `catalogue`,
+    default the shipped one; user turn; assistant header)."""
     messages = [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "system", "content": system_prompt(catalogue or default_catalogue())},
         {"role": "user", "content": prompt},
     ]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

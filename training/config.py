@@ -5,8 +5,8 @@ Which sections change the trained weights decides what `TrainConfig.weights_key`
 training cache key of the retrain flow:
 
 - `seed` — every random draw of both stages: yes.
-- `data` — the row selection (`max_train_rows`, `condition_fails_repeat`): yes; the file paths:
-  no (the retrain flow hashes the rows themselves).
+- `data` — the row selection (`max_train_rows`, `condition_fails_repeat`): yes; the file paths
+  (rows and tool catalogue): no (the retrain flow hashes the files' bytes themselves).
 - `model` — base model or tiny-model shape and tokenizer, LoRA, bf16: yes.
 - `sft`, `grpo` — each stage's hyperparameters, NGRPO and the reward: yes.
 - `runtime` — device, threads, processes, checkpoints, logging, the eval subset: no.
@@ -24,7 +24,9 @@ argparse's. Pydantic keeps one-line errors that name the dotted field, rejects u
 loading torch.
 
 Overrides are dotted paths (`{"sft.num_train_epochs": 3}`), from `toolgrpo run --set`, a flow
-parameter or a test; `overridable_fields()` lists them. The config is written next to each model
+parameter or a test; `overridable_fields()` lists them, and `overrides_model()` is their typed
+form (nested sections of unset fields, with their descriptions): the retrain flow's `config`
+parameter, which a deployment form lists field by field. The config is written next to each model
 so a run can be reproduced.
 """
 
@@ -37,7 +39,7 @@ import hashlib
 import importlib.util
 import json
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -47,11 +49,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, Catalogue, load_catalogue
 from toolgrpo.training.rewards import RewardWeights
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -80,8 +84,9 @@ class TrlSection(Section):
 
 
 class DataSection(Section):
-    """The training rows. The row selection changes the weights; the paths are not in
-    `weights_key` because the retrain flow hashes the rows they hold (a moved file is not news)."""
+    """The training rows and the tool catalogue. The row selection changes the weights; the paths
+    are not in `weights_key` because the retrain flow hashes the bytes they hold (a moved file is
+    not news)."""
 
     train_single_step: Path = Field(
         DATA_DIR / "train" / "single_step.jsonl",
@@ -93,11 +98,20 @@ class DataSection(Section):
     max_train_rows: int | None = Field(
         None, gt=0, description="a seeded subset of this many rows, for smoke runs"
     )
+    catalogue: Path = Field(
+        DEFAULT_CATALOGUE,
+        description="the tool catalogue (JSON): the tools the system prompt names and the reward "
+        "scores",
+    )
     # The condition-fails branch (a multi-step row labelled `respond`) is ~7% of the rows; repeating
     # it keeps it in most batches of both stages.
     condition_fails_repeat: int = Field(
         1, ge=1, description="times each condition-fails row appears in both stages"
     )
+
+    def tool_catalogue(self) -> Catalogue:
+        """The catalogue at `catalogue` (raises `CatalogueError` when it cannot be used)."""
+        return load_catalogue(self.catalogue)
 
 
 class TinyModelSection(Section):
@@ -284,7 +298,7 @@ def accelerate_engine(name: str) -> tuple[str, int | None]:
 _NOT_WEIGHTS: dict[str, Any] = {
     "preset": True,
     "runtime": True,
-    "data": {"train_single_step", "train_multistep"},
+    "data": {"train_single_step", "train_multistep", "catalogue"},
     "grpo": {
         "vllm_mode",
         "vllm_server_base_url",
@@ -385,34 +399,110 @@ def overridable_fields() -> dict[str, OverridableField]:
     return {path: field for path, field in _leaves(TrainConfig, "") if path != "preset"}
 
 
-def _leaves(cls: type, prefix: str) -> Iterator[tuple[str, OverridableField]]:
-    """The dotted leaf fields of a section (a pydantic model or a dataclass such as the reward's
-    points), nested sections expanded."""
+def _fields(cls: type) -> list[tuple[str, Any, str]]:
+    """(name, annotation, description) of each field of a section: a pydantic model or a
+    dataclass such as the reward's points."""
     if issubclass(cls, BaseModel):
-        fields = [(n, f.annotation, f.description) for n, f in cls.model_fields.items()]
-    else:
-        hints = typing.get_type_hints(cls)
-        fields = [
-            (f.name, hints[f.name], f.metadata.get("description")) for f in dataclasses.fields(cls)
-        ]
-    for name, annotation, description in fields:
-        if isinstance(annotation, type) and (
-            issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
-        ):
+        return [(n, f.annotation, f.description or "") for n, f in cls.model_fields.items()]
+    hints = typing.get_type_hints(cls)
+    return [
+        (f.name, hints[f.name], f.metadata.get("description", "")) for f in dataclasses.fields(cls)
+    ]
+
+
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and (
+        issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+    )
+
+
+def _leaves(cls: type, prefix: str) -> Iterator[tuple[str, OverridableField]]:
+    """The dotted leaf fields of a section, nested sections expanded."""
+    for name, annotation, description in _fields(cls):
+        if _is_section(annotation):
             yield from _leaves(annotation, f"{prefix}{name}.")
         else:
-            yield f"{prefix}{name}", OverridableField(annotation, description or "")
+            yield f"{prefix}{name}", OverridableField(annotation, description)
+
+
+class Overrides(BaseModel):
+    """Set fields of a training config, in its sections; what is not set keeps the preset's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def dotted(self) -> dict[str, Any]:
+        """The fields set, as dotted overrides (`{"grpo.max_steps": 5}`)."""
+        return dict(_dotted(self.model_dump(mode="json", exclude_unset=True), ""))
+
+    @classmethod
+    def from_dotted(cls, overrides: Mapping[str, Any]) -> Overrides:
+        """The model with each dotted override set (`load_preset` checks them more kindly)."""
+        return cls.model_validate(_set_dotted({}, overrides))
+
+
+def _dotted(values: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for name, value in values.items():
+        if isinstance(value, dict):
+            yield from _dotted(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
+
+
+def _first_paragraph(cls: type) -> str:
+    return " ".join((cls.__doc__ or "").split("\n\n")[0].split())
+
+
+def _overrides_model(cls: type, skip: Collection[str], prefix: str = "") -> type[Overrides]:
+    """An `Overrides` model with the fields of section `cls` but the dotted paths `skip`, each
+    unset by default, nested sections as nested models, descriptions kept."""
+    definitions: dict[str, Any] = {}
+    for name, annotation, description in _fields(cls):
+        path = f"{prefix}{name}"
+        if path in skip:
+            continue
+        if _is_section(annotation):
+            section = _overrides_model(annotation, skip, f"{path}.")
+            definitions[name] = (section, Field(None, description=_first_paragraph(annotation)))
+        else:
+            definitions[name] = (annotation, Field(None, description=description))
+    return create_model(
+        f"{cls.__name__.removesuffix('Section')}Overrides",
+        __base__=Overrides,
+        __module__=__name__,
+        __doc__=_first_paragraph(cls),
+        **definitions,
+    )
+
+
+def overrides_model(skip: Collection[str] = ()) -> type[Overrides]:
+    """The typed form of the dotted overrides, every overridable field but `skip` (dotted paths
+    a caller sets itself), by section with its description: what a deployment form lists."""
+    return _overrides_model(TrainConfig, {"preset", *skip})
+
+
+# Fields renamed since they were first released, by their old name (a section's prefix or not):
+# no spelling of the old name resembles the new one.
+RENAMED_FIELDS = {
+    "use_cpu": "runtime.device",
+    "lora_r": "model.lora.r",
+    "sft_epochs": "sft.num_train_epochs",
+    "sft_batch_size": "sft.per_device_train_batch_size",
+}
 
 
 def _unknown_field(path: str) -> str:
-    """`path: unknown field`, with the known fields of the same name (`bf16` → `model.bf16`) or
-    else the closest one: a typo, or an old flat name such as `grpo_max_steps` (dots and
-    underscores compare alike)."""
+    """`path: unknown field`, with the field it was renamed to (`runtime.use_cpu` →
+    `runtime.device`), else the known fields of the same name (`bf16` → `model.bf16`), else the
+    closest one: a typo, or an old flat name such as `grpo_max_steps` (dots and underscores
+    compare alike)."""
     name = path.rpartition(".")[2]
     known = {field.replace(".", "_"): field for field in overridable_fields()}
-    suggestions = [field for field in known.values() if field.rpartition(".")[2] == name] or [
-        known[close] for close in difflib.get_close_matches(path.replace(".", "_"), known, n=1)
-    ]
+    suggestions = (
+        [RENAMED_FIELDS[name]]
+        if name in RENAMED_FIELDS
+        else [field for field in known.values() if field.rpartition(".")[2] == name]
+        or [known[c] for c in difflib.get_close_matches(path.replace(".", "_"), known, n=1)]
+    )
     hint = f" (did you mean {' or '.join(map(repr, suggestions))}?)" if suggestions else ""
     return f"{path}: unknown field{hint}"
 
@@ -441,14 +531,18 @@ def _overridden(values: dict[str, Any], overrides: Mapping[str, Any], source: st
     unknown = [path for path in overrides if path not in known]
     if unknown:
         raise ConfigError(f"{source}: " + "; ".join(map(_unknown_field, unknown)))
-    values = copy.deepcopy(values)
+    return _validated(_set_dotted(copy.deepcopy(values), overrides), source)
+
+
+def _set_dotted(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` (nested sections) with each dotted override set in place."""
     for path, value in overrides.items():
         *sections, name = path.split(".")
         target = values
         for section in sections:
             target = target.setdefault(section, {})
         target[name] = value
-    return _validated(values, source)
+    return values
 
 
 def preset_names() -> list[str]:

@@ -7,12 +7,13 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
 from toolgrpo.training.model import load_model, lora_config
 from toolgrpo.training.ngrpo import NGRPOConfig, NGRPOTrainer
-from toolgrpo.training.rewards import COMPONENT_REWARDS, DEFAULT_WEIGHTS
+from toolgrpo.training.rewards import COMPONENT_REWARDS
 from toolgrpo.training.samples import grpo_rows
 from toolgrpo.training.stage import train_and_save
 
@@ -34,11 +35,13 @@ def grpo_config(config: TrainConfig, stage_dir: Path) -> NGRPOConfig:
     )
 
 
-def reward_functions(config: TrainConfig) -> list:
-    """The ground-truth reward as its three components (summed by TRL, each logged on its own)."""
-    if config.grpo.reward_points == DEFAULT_WEIGHTS:
-        return list(COMPONENT_REWARDS)
-    return [partial(reward, weights=config.grpo.reward_points) for reward in COMPONENT_REWARDS]
+def reward_functions(config: TrainConfig, catalogue: Catalogue) -> list:
+    """The ground-truth reward as its three components (summed by TRL, each logged on its own),
+    with the config's points and the tools of `catalogue`."""
+    return [
+        partial(reward, weights=config.grpo.reward_points, catalogue=catalogue)
+        for reward in COMPONENT_REWARDS
+    ]
 
 
 def run_grpo(run_dir: Path, config: TrainConfig, init_dir: Path | None = None) -> Path:
@@ -49,12 +52,16 @@ def run_grpo(run_dir: Path, config: TrainConfig, init_dir: Path | None = None) -
     if not (init_dir / "config.json").is_file():
         raise FileNotFoundError(f"{init_dir}: no model to start GRPO from; run the sft stage first")
     tokenizer, model = load_model(init_dir, config.model)
+    catalogue = config.data.tool_catalogue()
     dataset = Dataset.from_list(
-        [{**row, "prompt": chat_prompt(tokenizer, row["prompt"])} for row in grpo_rows(config)]
+        [
+            {**row, "prompt": chat_prompt(tokenizer, row["prompt"], catalogue)}
+            for row in grpo_rows(config)
+        ]
     )
     trainer = NGRPOTrainer(
         model=model,
-        reward_funcs=reward_functions(config),
+        reward_funcs=reward_functions(config, catalogue),
         args=grpo_config(config, stage_dir),
         train_dataset=dataset,
         processing_class=tokenizer,

@@ -4,8 +4,9 @@ Every function here has TRL's reward signature, `f(completions, solution, **kwar
 `completions` are strings or conversational lists, `solution` is the dataset column holding the
 labelled answer as a JSON string. Pass `ground_truth_reward` alone (the default), or the three
 components as separate `reward_funcs` so TRL logs each one's mean (`rewards/tool_reward/mean`);
-their sum is `ground_truth_reward`. Other weights:
-`functools.partial(f, weights=RewardWeights(...))` (TRL logs a partial under the wrapped name).
+their sum is `ground_truth_reward`. Other weights or another tool catalogue:
+`functools.partial(f, weights=RewardWeights(...), catalogue=...)` (TRL logs a partial under the
+wrapped name).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import completion_text, first_json_object
 
 # case study: LOGIC_KEYWORDS. English matched case-insensitively as whole words, Chinese anywhere.
@@ -109,7 +110,7 @@ class _KeywordScanner(NamedTuple):
 
 
 @cache
-def _keyword_scanner() -> _KeywordScanner:
+def _keyword_scanner(catalogue: Catalogue) -> _KeywordScanner:
     """One pattern over every tool's catalogue keywords (en and zh), longest first.
 
     Longest first makes overlapping keywords name the more specific tool: 股价 (get_quote)
@@ -117,7 +118,7 @@ def _keyword_scanner() -> _KeywordScanner:
     """
     tools_by_keyword: dict[str, set[str]] = {phrase: set() for phrase in _NOT_A_TOOL}
     english: set[str] = set(_NOT_A_TOOL)
-    for tool in default_catalogue().tools:
+    for tool in catalogue.tools:
         for language in ("en", "zh"):
             for word in tool.keywords.texts(language):
                 tools_by_keyword.setdefault(word.lower(), set()).add(tool.name)
@@ -131,8 +132,8 @@ def _keyword_scanner() -> _KeywordScanner:
 
 
 @cache
-def _tool_names() -> frozenset[str]:
-    return frozenset(default_catalogue().names)
+def _tool_names(catalogue: Catalogue) -> frozenset[str]:
+    return frozenset(catalogue.names)
 
 
 def _action_tool(answer: object) -> str | None:
@@ -151,17 +152,21 @@ def _expected_tool(solution: object) -> str | None:
 
 
 def score_completion(
-    completion: object, solution: object, weights: RewardWeights = DEFAULT_WEIGHTS
+    completion: object,
+    solution: object,
+    weights: RewardWeights = DEFAULT_WEIGHTS,
+    catalogue: Catalogue | None = None,
 ) -> RewardBreakdown:
-    """Points for tool, params and reasoning+plan; whatever cannot be parsed earns nothing."""
+    """Points for tool, params and reasoning+plan (tools and params of `catalogue`, default the
+    shipped one); whatever cannot be parsed earns nothing."""
     parsed = first_json_object(completion_text(completion))
     if parsed is None:
         return RewardBreakdown(0.0, 0.0, 0.0)
-    catalogue = default_catalogue()
+    catalogue = catalogue or default_catalogue()
     action = parsed.get("action")
     action = action if isinstance(action, dict) else {}
     tool = action.get("tool")
-    tool = tool if isinstance(tool, str) and tool in _tool_names() else None
+    tool = tool if isinstance(tool, str) and tool in _tool_names(catalogue) else None
 
     if tool is None:
         tool_points = 0.0
@@ -186,9 +191,9 @@ def score_completion(
     return RewardBreakdown(tool_points, params_points, round(reasoning_points, 6))
 
 
-def _tools_named(text: str) -> set[str]:
+def _tools_named(text: str, catalogue: Catalogue) -> set[str]:
     """Tools whose keywords occur in `text`, except negated ones ("不能转账" names no transfer)."""
-    scanner = _keyword_scanner()
+    scanner = _keyword_scanner(catalogue)
     return {
         tool
         for found in scanner.pattern.finditer(text)
@@ -197,7 +202,7 @@ def _tools_named(text: str) -> set[str]:
     }
 
 
-def _announced_tools(thought: str) -> set[str]:
+def _announced_tools(thought: str, catalogue: Catalogue) -> set[str]:
     """The tools the thought commits to now (see `thought_action_consistent`)."""
     clauses = _CLAUSE_BREAK.split(thought)
     for marker in _STEP_MARKERS:
@@ -206,13 +211,14 @@ def _announced_tools(thought: str) -> set[str]:
             continue
         # "First, check the balance": the step's tool may sit in the clause after the marker.
         for clause in clauses[marked:]:
-            if named := _tools_named(clause):
+            if named := _tools_named(clause, catalogue):
                 return named
-    return _tools_named(thought)
+    return _tools_named(thought, catalogue)
 
 
-def thought_action_consistent(completion: object) -> bool:
-    """Does the action carry out the step the thought announces? Unparseable → False.
+def thought_action_consistent(completion: object, catalogue: Catalogue | None = None) -> bool:
+    """Does the action carry out the step the thought announces (read with the keywords of
+    `catalogue`, default the shipped one)? Unparseable → False.
 
     The rule: split the thought into clauses (at punctuation, and before "then"/然后/再/所以 …);
     the current step is the first clause marked "now"/"next"/现在/接下来, else "first"/先/首先,
@@ -230,17 +236,20 @@ def thought_action_consistent(completion: object) -> bool:
     tool = action.get("tool") if isinstance(action, dict) else None
     if not (isinstance(thought, str) and thought.strip() and isinstance(tool, str)):
         return False
-    if tool not in _tool_names():
+    catalogue = catalogue or default_catalogue()
+    if tool not in _tool_names(catalogue):
         return False
-    announced = _announced_tools(thought)
+    announced = _announced_tools(thought, catalogue)
     return not announced or tool in announced
 
 
-def _log_consistency(completions: Sequence[object], kwargs: dict[str, Any]) -> None:
+def _log_consistency(
+    completions: Sequence[object], catalogue: Catalogue | None, kwargs: dict[str, Any]
+) -> None:
     """Log the share of consistent thoughts through TRL's `log_metric` when training passes it."""
     log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
     if log_metric is not None and completions:
-        consistent = sum(thought_action_consistent(c) for c in completions)
+        consistent = sum(thought_action_consistent(c, catalogue) for c in completions)
         log_metric("thought_action_consistent", consistent / len(completions))
 
 
@@ -258,36 +267,44 @@ def _log_tool_accuracy(
 
 
 def _breakdowns(
-    completions: Sequence[object], solution: Sequence[object], weights: RewardWeights
+    completions: Sequence[object],
+    solution: Sequence[object],
+    weights: RewardWeights,
+    catalogue: Catalogue | None,
 ) -> list[RewardBreakdown]:
     if len(completions) != len(solution):
         raise ValueError(
             f"got {len(completions)} completions but {len(solution)} solutions: "
             "the dataset needs a `solution` column, one labelled answer per prompt"
         )
-    return [score_completion(c, s, weights) for c, s in zip(completions, solution, strict=True)]
+    return [
+        score_completion(c, s, weights, catalogue)
+        for c, s in zip(completions, solution, strict=True)
+    ]
 
 
 def ground_truth_reward(
     completions: Sequence[object],
     solution: Sequence[object],
     weights: RewardWeights = DEFAULT_WEIGHTS,
+    catalogue: Catalogue | None = None,
     **kwargs: Any,
 ) -> list[float]:
     """Tool + params + reasoning points per completion, in [0, weights.max_reward]."""
-    _log_consistency(completions, kwargs)
-    return [b.total for b in _breakdowns(completions, solution, weights)]
+    _log_consistency(completions, catalogue, kwargs)
+    return [b.total for b in _breakdowns(completions, solution, weights, catalogue)]
 
 
 def tool_reward(
     completions: Sequence[object],
     solution: Sequence[object],
     weights: RewardWeights = DEFAULT_WEIGHTS,
+    catalogue: Catalogue | None = None,
     **kwargs: Any,
 ) -> list[float]:
     """The tool component: labelled tool, another catalogue tool, or nothing; also logs the share
     of completions with the labelled tool (the progress line's tool accuracy)."""
-    points = [b.tool for b in _breakdowns(completions, solution, weights)]
+    points = [b.tool for b in _breakdowns(completions, solution, weights, catalogue)]
     _log_tool_accuracy(completions, solution, kwargs)
     return points
 
@@ -296,21 +313,23 @@ def params_reward(
     completions: Sequence[object],
     solution: Sequence[object],
     weights: RewardWeights = DEFAULT_WEIGHTS,
+    catalogue: Catalogue | None = None,
     **kwargs: Any,
 ) -> list[float]:
     """The params component: params valid for the chosen tool's schema."""
-    return [b.params for b in _breakdowns(completions, solution, weights)]
+    return [b.params for b in _breakdowns(completions, solution, weights, catalogue)]
 
 
 def reasoning_reward(
     completions: Sequence[object],
     solution: Sequence[object],
     weights: RewardWeights = DEFAULT_WEIGHTS,
+    catalogue: Catalogue | None = None,
     **kwargs: Any,
 ) -> list[float]:
     """The reasoning + plan component; also logs the thought/action consistency rate."""
-    _log_consistency(completions, kwargs)
-    return [b.reasoning for b in _breakdowns(completions, solution, weights)]
+    _log_consistency(completions, catalogue, kwargs)
+    return [b.reasoning for b in _breakdowns(completions, solution, weights, catalogue)]
 
 
 COMPONENT_REWARDS = (tool_reward, params_reward, reasoning_reward)

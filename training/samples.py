@@ -7,8 +7,9 @@ import random
 from pathlib import Path
 from typing import Any
 
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.samples import is_condition_fails
-from toolgrpo.training.chat import SYSTEM_PROMPT
+from toolgrpo.training.chat import system_prompt
 from toolgrpo.training.config import TrainConfig
 
 Row = dict[str, Any]
@@ -76,11 +77,9 @@ def grpo_rows(config: TrainConfig) -> list[Row]:
     return _subset(single + multi, config)
 
 
-def tokenizer_corpus(rows: list[Row]) -> list[str]:
+def tokenizer_corpus(rows: list[Row], catalogue: Catalogue | None = None) -> list[str]:
     """The text a locally built tokenizer is trained on: what the model reads and writes, with the
-    system prompt and chat frame once per row, so they are as frequent (and merged) as in use."""
-    return [
-        text
-        for row in rows
-        for text in (SYSTEM_PROMPT, _CHAT_FRAME, row["prompt"], row["solution"])
-    ]
+    system prompt (naming `catalogue`'s tools) and chat frame once per row, so they are as
+    frequent (and merged) as in use."""
+    system = system_prompt(catalogue or default_catalogue())
+    return [text for row in rows for text in (system, _CHAT_FRAME, row["prompt"], row["solution"])]

@@ -35,7 +35,7 @@ def initial_model(
     with args.main_process_first(desc="build the tiny model"):
         if not (init_dir / "config.json").is_file():
             tokenizer, model = build_tiny(
-                tokenizer_corpus(grpo_rows(config)),
+                tokenizer_corpus(grpo_rows(config), config.data.tool_catalogue()),
                 **config.model.tiny.model_dump(),
                 seed=config.seed,
             )
@@ -49,9 +49,13 @@ def run_sft(run_dir: Path, config: TrainConfig) -> Path:
     stage_dir = run_dir / STAGE
     args = sft_config(config, stage_dir)
     tokenizer, model = initial_model(config, stage_dir, args)
+    catalogue = config.data.tool_catalogue()
     dataset = Dataset.from_list(
         [
-            {"prompt": chat_prompt(tokenizer, row["prompt"]), "completion": row["solution"]}
+            {
+                "prompt": chat_prompt(tokenizer, row["prompt"], catalogue),
+                "completion": row["solution"],
+            }
             for row in sft_rows(config)
         ]
     )

@@ -45,7 +45,7 @@ from typing import Any
 
 import polars as pl
 
-from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.schemas.problems import Problem
 from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER, condition_branch
@@ -188,26 +188,24 @@ class LabelInconsistency:
         )
 
 
-@cache
-def _tool_names() -> tuple[str, ...]:
-    return tuple(default_catalogue().names)
-
-
-def _consistent(text: str, tool: str) -> bool:
+def _consistent(text: str, tool: str, catalogue: Catalogue) -> bool:
     """Whether `text`, read as a thought, announces `tool` or no tool."""
-    return thought_action_consistent(json.dumps({"thought": text, "action": {"tool": tool}}))
+    answer = json.dumps({"thought": text, "action": {"tool": tool}})
+    return thought_action_consistent(answer, catalogue)
 
 
-def _announced(text: str) -> list[str]:
+def _announced(text: str, catalogue: Catalogue) -> list[str]:
     """The tools `text` announces, as `thought_action_consistent` reads a thought."""
-    tools = [tool for tool in _tool_names() if _consistent(text, tool)]
-    return [] if len(tools) == len(_tool_names()) else tools
+    tools = [tool for tool in catalogue.names if _consistent(text, tool, catalogue)]
+    return [] if len(tools) == len(catalogue.names) else tools
 
 
-def _against_action(check: str, part: str, text: str, label: _Label) -> LabelInconsistency | None:
-    if label.tool not in _tool_names() or _consistent(text, label.tool):
+def _against_action(
+    check: str, part: str, text: str, label: _Label, catalogue: Catalogue
+) -> LabelInconsistency | None:
+    if label.tool not in catalogue.names or _consistent(text, label.tool, catalogue):
         return None
-    announced = _announced(text)
+    announced = _announced(text, catalogue)
     return LabelInconsistency(
         id=label.id,
         file=label.file,
@@ -220,24 +218,27 @@ def _against_action(check: str, part: str, text: str, label: _Label) -> LabelInc
 
 
 def thought_announces_action(
-    label: _Label, scenario: dict[int, _Label]
+    label: _Label, scenario: dict[int, _Label], catalogue: Catalogue
 ) -> LabelInconsistency | None:
     """The label's thought announces the tool its action calls."""
     if label.thought is None:
         return None
-    return _against_action(THOUGHT_ANNOUNCES_ACTION, "thought", label.thought, label)
+    return _against_action(THOUGHT_ANNOUNCES_ACTION, "thought", label.thought, label, catalogue)
 
 
 def plan_starts_with_action(
-    label: _Label, scenario: dict[int, _Label]
+    label: _Label, scenario: dict[int, _Label], catalogue: Catalogue
 ) -> LabelInconsistency | None:
     """The first item of the label's plan names the action's tool, or no tool."""
     if not (label.plan and isinstance(label.plan[0], str)):
         return None
-    return _against_action(PLAN_STARTS_WITH_ACTION, "plan's first step", label.plan[0], label)
+    first = label.plan[0]
+    return _against_action(PLAN_STARTS_WITH_ACTION, "plan's first step", first, label, catalogue)
 
 
-def step_matches_history(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+def step_matches_history(
+    label: _Label, scenario: dict[int, _Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
     """A step's tool is the one the scenario's later prompts record as executed at that step."""
     for step in sorted(s for s in scenario if s > label.step):
         later = scenario[step]
@@ -255,7 +256,9 @@ def step_matches_history(label: _Label, scenario: dict[int, _Label]) -> LabelInc
     return None
 
 
-def step_not_repeated(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+def step_not_repeated(
+    label: _Label, scenario: dict[int, _Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
     """A step does not redo the step its history shows was just executed."""
     done = label.history.get(label.step - 1)
     if done is None or done.tool != label.tool:
@@ -278,17 +281,19 @@ def step_not_repeated(label: _Label, scenario: dict[int, _Label]) -> LabelIncons
 
 
 @cache
-def _request_patterns() -> dict[str, re.Pattern[str]]:
-    return keyword_patterns(default_catalogue())
+def _request_patterns(catalogue: Catalogue) -> dict[str, re.Pattern[str]]:
+    return keyword_patterns(catalogue)
 
 
-def step_named_by_request(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+def step_named_by_request(
+    label: _Label, scenario: dict[int, _Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
     """The last step of a scenario without a condition does what the request still asks for."""
     last = label.step == max(scenario) and label.step > 1
     conditional = any(step.replies is not None for step in scenario.values())
     if not last or conditional or label.tool == REPLY_TOOL:
         return None
-    named = keyword_hits(mask_identifiers(label.request), _request_patterns())
+    named = keyword_hits(mask_identifiers(label.request), _request_patterns(catalogue))
     remaining = sorted(set(named) - {done.tool for done in label.history.values()})
     if label.tool in named or len(remaining) != 1:
         return None
@@ -353,7 +358,9 @@ def _condition_holds(label: _Label) -> tuple[bool, str] | None:
     return None
 
 
-def branch_matches_figures(label: _Label, scenario: dict[int, _Label]) -> LabelInconsistency | None:
+def branch_matches_figures(
+    label: _Label, scenario: dict[int, _Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
     """A conditional step acts when the figures its prompt states meet the request's condition,
     and replies when they do not."""
     if label.replies is None:
@@ -383,11 +390,15 @@ RULES = (
 )
 
 
-def label_inconsistencies(rows: pl.DataFrame) -> list[LabelInconsistency]:
+def label_inconsistencies(
+    rows: pl.DataFrame, catalogue: Catalogue | None = None
+) -> list[LabelInconsistency]:
     """What every rule finds in `rows` (the loader's frame: the data contract's columns with
-    `file` and `line`), in row order, then rule order."""
+    `file` and `line`), in row order, then rule order; tools and keywords are `catalogue`'s
+    (default: the shipped one)."""
     if rows.is_empty():
         return []
+    catalogue = catalogue or default_catalogue()
     branches = rows.with_columns(
         branch=condition_branch(pl.col("condition"), pl.col("kind"), pl.col("tool"))
     )
@@ -399,5 +410,5 @@ def label_inconsistencies(rows: pl.DataFrame) -> list[LabelInconsistency]:
         found
         for label in labels
         for rule in RULES
-        if (found := rule(label, scenarios[label.scenario_id])) is not None
+        if (found := rule(label, scenarios[label.scenario_id], catalogue)) is not None
     ]

@@ -18,6 +18,7 @@ from functools import cache
 import pandera.errors
 import polars as pl
 
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import ConflictRow, DataReport, LabelConflict
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.samples import (
@@ -62,9 +63,10 @@ class DataGateFailed(RuntimeError):
         return type(self), (self.report,)
 
 
-def schema_failures(frame: pl.DataFrame) -> list[Problem]:
-    """Every (row, check) that breaks the row contract, located by the frame's file and line."""
-    parsed = parse_solution(frame)
+def schema_failures(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> list[Problem]:
+    """Every (row, check) that breaks the row contract (tools and params of `catalogue`, default
+    the shipped one), located by the frame's file and line."""
+    parsed = parse_solution(frame, catalogue)
     try:
         ParsedSample.validate(parsed, lazy=True)
     except pandera.errors.SchemaErrors as errors:
@@ -184,10 +186,12 @@ def validate_samples(
     loaded: LoadedSamples,
     train_files: Collection[str] | None = None,
     eval_files: Collection[str] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> DataReport:
     """Check every loaded row against the contract (all failures collected), find label
     conflicts, and look for leakage: a failure on the `eval_files` rows found in `train_files`,
-    a warning for rows shared by files whose roles are not given."""
+    a warning for rows shared by files whose roles are not given. Tool names, params and
+    keywords are `catalogue`'s (default: the shipped one)."""
     file_positions = {file: position for position, file in enumerate(loaded.files)}
 
     def report_order(problem: Problem) -> tuple[int, str, int, int]:
@@ -199,7 +203,9 @@ def validate_samples(
     frame = loaded.frame
     train, evaluation = set(train_files or ()), set(eval_files or ())
     leaks = leaked_eval_rows(frame, train, evaluation)
-    failures = sorted([*loaded.problems, *schema_failures(frame), *leaks], key=report_order)
+    failures = sorted(
+        [*loaded.problems, *schema_failures(frame, catalogue), *leaks], key=report_order
+    )
     files = list(dict.fromkeys(loaded.files))
     known = train | evaluation
     pairs = [
@@ -217,13 +223,17 @@ def validate_samples(
         failures=failures,
         conflicts=find_label_conflicts(frame),
         overrides=loaded.overrides,
-        warnings=[*loaded.warnings, *shared_between_files(frame, pairs), *context_warnings(frame)],
+        warnings=[
+            *loaded.warnings,
+            *shared_between_files(frame, pairs),
+            *context_warnings(frame, catalogue),
+        ],
     )
 
 
-def context_warnings(frame: pl.DataFrame) -> list[str]:
+def context_warnings(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> list[str]:
     """One `file:line: id: evidence [check: rule]` line per label its context contradicts."""
-    return [str(found.problem()) for found in label_inconsistencies(frame)]
+    return [str(found.problem()) for found in label_inconsistencies(frame, catalogue)]
 
 
 def count_rows(loaded: LoadedSamples) -> dict[str, dict[str, int]]:

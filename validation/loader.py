@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 from pydantic import ValidationError
 
-from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
@@ -199,7 +199,9 @@ def read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], li
     return overrides, problems
 
 
-def _relabelled_solution(solution: str, override: LabelOverride) -> tuple[str | None, str | None]:
+def _relabelled_solution(
+    solution: str, override: LabelOverride, catalogue: Catalogue
+) -> tuple[str | None, str | None]:
     """(new solution, None) or (None, why the override cannot be applied)."""
     if override.solution is not None:
         return override.solution, None
@@ -214,7 +216,7 @@ def _relabelled_solution(solution: str, override: LabelOverride) -> tuple[str | 
         parsed["action"]["tool"] = override.tool
     except (ValueError, TypeError, KeyError):
         return None, f"the row's solution has no action to relabel; {full_solution}"
-    error = default_catalogue().params_error(override.tool, params)
+    error = catalogue.params_error(override.tool, params)
     if error is not None:
         return (
             None,
@@ -224,7 +226,10 @@ def _relabelled_solution(solution: str, override: LabelOverride) -> tuple[str | 
 
 
 def apply_overrides(
-    frame: pl.DataFrame, overrides: dict[str, tuple[int, LabelOverride]], source: str
+    frame: pl.DataFrame,
+    overrides: dict[str, tuple[int, LabelOverride]],
+    source: str,
+    catalogue: Catalogue | None = None,
 ) -> tuple[pl.DataFrame, list[AppliedOverride], list[Problem], list[str]]:
     """`frame` with `overrides` (by row id: the line of `source` it is on, and the override)
     applied to the rows with their ids; the overrides applied, the problems of those that cannot
@@ -236,7 +241,9 @@ def apply_overrides(
     applied, replacements = [], []
     for row in matching.iter_rows(named=True):
         number, override = overrides[row["id"]]
-        solution, error = _relabelled_solution(row["solution"], override)
+        solution, error = _relabelled_solution(
+            row["solution"], override, catalogue or default_catalogue()
+        )
         if error is not None:
             problems.append(
                 Problem(
@@ -273,10 +280,13 @@ def apply_overrides(
     return frame, applied, problems, warnings
 
 
-def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> LoadedSamples:
+def load_samples(
+    paths: Sequence[Path], overrides: Path | None = None, catalogue: Catalogue | None = None
+) -> LoadedSamples:
     """Every row of `paths` as one frame with `file` and `line`, plus what could not be read.
 
-    `overrides` (JSONL of `LabelOverride`) relabels the rows with matching ids.
+    `overrides` (JSONL of `LabelOverride`) relabels the rows with matching ids (their params
+    checked against `catalogue`, default the shipped one).
     """
     records, file_rows, problems = [], {}, []
     for path in paths:
@@ -288,7 +298,9 @@ def load_samples(paths: Sequence[Path], overrides: Path | None = None) -> Loaded
     applied, warnings = [], []
     if overrides is not None:
         by_id, file_problems = read_overrides(Path(overrides))
-        frame, applied, override_problems, warnings = apply_overrides(frame, by_id, str(overrides))
+        frame, applied, override_problems, warnings = apply_overrides(
+            frame, by_id, str(overrides), catalogue
+        )
         problems.extend([*file_problems, *override_problems])
     return LoadedSamples(
         files=[str(p) for p in paths],

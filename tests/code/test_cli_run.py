@@ -12,6 +12,9 @@ from toolgrpo.flows import cli
         (["grpo.max_steps=abc"], "grpo.max_steps"),
         (["grpo.max_steps"], "--set takes FIELD=VALUE"),
         (["grpo.max_steps=[1"], "is not a value"),
+        (["runtime.use_cpu=true"], "did you mean 'runtime.device'"),
+        (["data.catalogue=x.json"], "the run sets it from --catalogue"),
+        (["data.train_multistep=x.jsonl"], "the run sets it from --train"),
     ],
 )
 def test_a_bad_override_exits_2_with_one_line_and_no_run(tmp_path, capsys, set_, message):
@@ -26,4 +29,41 @@ def test_a_missing_data_file_exits_2_before_any_run(tmp_path, capsys):
     out = tmp_path / "runs"
     assert cli.run(preset="smoke", out=out, train=[tmp_path / "nope.jsonl"]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read the tool catalogue: No such file or directory"),
+        ("{not json", "the tool catalogue is not JSON"),
+        ('{"version": 1, "tools": [{"name": "Fly"}]}', "not a tool catalogue: tools.0.name"),
+    ],
+)
+def test_a_bad_catalogue_exits_2_with_one_line_before_any_run(tmp_path, capsys, content, message):
+    catalogue = tmp_path / "tools.json"
+    if content is not None:
+        catalogue.write_text(content, encoding="utf-8")
+    out = tmp_path / "runs"
+    assert cli.run(preset="smoke", out=out, catalogue=catalogue) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and str(catalogue) in error and len(error.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_every_command_that_reads_tools_takes_a_catalogue_and_refuses_a_bad_one(tmp_path, capsys):
+    missing = tmp_path / "nope.json"
+    data = [cli.DATA_DIR / "eval" / "single_step.jsonl"]
+    out = tmp_path / "runs"
+    calls = {
+        "validate": lambda: cli.validate(*data, out=out, catalogue=missing),
+        "evaluate": lambda: cli.evaluate(model=tmp_path, data=data, out=out, catalogue=missing),
+        "mine": lambda: cli.mine(predictions=tmp_path / "p.parquet", out=out, catalogue=missing),
+        "ablate": lambda: cli.ablate(preset="smoke", out=out, catalogue=missing),
+    }
+    for command, call in calls.items():
+        assert call() == 2, command
+        error = capsys.readouterr().err.strip()
+        assert f"{missing}: cannot read the tool catalogue" in error, command
+        assert len(error.splitlines()) == 1, command
     assert not out.exists()

@@ -7,8 +7,10 @@ from functools import reduce
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from trl import SFTConfig
 
+from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.samples import is_condition_fails
 from toolgrpo.training.__main__ import main as training_main
 from toolgrpo.training.config import (
@@ -19,6 +21,7 @@ from toolgrpo.training.config import (
     SFTSection,
     load_preset,
     overridable_fields,
+    overrides_model,
     preset_names,
     read_config,
 )
@@ -62,6 +65,11 @@ def test_override_values_from_a_command_line_are_parsed():
         ({"grpo.max_step": 5}, "grpo.max_step: unknown field (did you mean 'grpo.max_steps'?)"),
         ({"grpo_max_steps": 5}, "did you mean 'grpo.max_steps'?"),  # the old flat name
         ({"torch_threads": 1}, "did you mean 'runtime.torch_threads'?"),
+        (
+            {"runtime.use_cpu": True},
+            "runtime.use_cpu: unknown field (did you mean 'runtime.device'?)",
+        ),
+        ({"lora_r": 8}, "did you mean 'model.lora.r'?"),  # renamed, unlike its new name
         ({"learning_rate": 1}, "did you mean 'sft.learning_rate' or 'grpo.learning_rate'?"),
         ({"sft.multistep_fraction": 1.5}, "sft.multistep_fraction: Input should be less than"),
         ({"grpo.reward_points.params": -0.2}, "grpo.reward_points: reward weights must be >= 0"),
@@ -160,9 +168,12 @@ def test_cpu_grpo_settings_are_the_case_studys(tmp_path):
 
 
 def test_reward_functions_sum_to_the_ground_truth_reward(tmp_path):
-    assert reward_functions(load_preset("cpu")) == list(COMPONENT_REWARDS)
+    catalogue = default_catalogue()
+    rewards = reward_functions(load_preset("cpu"), catalogue)
+    assert [f.func for f in rewards] == list(COMPONENT_REWARDS)
+    assert all(f.keywords["catalogue"] is catalogue for f in rewards)
     config = load_preset("cpu", {"grpo.reward_points.tool": 0.6})
-    assert [f.keywords["weights"].tool for f in reward_functions(config)] == [0.6] * 3
+    assert [f.keywords["weights"].tool for f in reward_functions(config, catalogue)] == [0.6] * 3
     assert grpo_config(config, tmp_path).ngrpo_max_reward == pytest.approx(1.1)
 
 
@@ -244,3 +255,28 @@ def test_condition_fails_rows_repeat_in_both_stages():
         respond = sum(is_condition_fails(row["kind"], row["tool"]) for row in rows(plain))
         assert respond > 0
         assert len(rows(weighted)) == len(rows(plain)) + 2 * respond
+
+
+def test_typed_overrides_are_the_dotted_overrides_by_section():
+    model = overrides_model(skip={"data.catalogue"})
+    dotted = {"grpo.max_steps": 5, "grpo.reward_points.tool": 0.6, "seed": 3}
+    typed = model.from_dotted(dotted)
+    assert typed.dotted() == dotted
+    # What a deployment form sends: nested sections, only the fields filled in.
+    form = model.model_validate({"grpo": {"max_steps": "7"}, "runtime": {"device": "cuda"}})
+    assert form.dotted() == {"grpo.max_steps": 7, "runtime.device": "cuda"}
+    assert load_preset("cpu", form.dotted()).grpo.max_steps == 7
+    with pytest.raises(ValidationError):
+        model.from_dotted({"data.catalogue": "x.json"})  # skipped: the caller sets it
+    with pytest.raises(ValidationError):
+        model.model_validate({"grpo": {"max_step": 7}})
+    fields = model.model_json_schema()["$defs"]["GRPOOverrides"]["properties"]
+    assert fields["max_steps"]["description"] == "optimiser steps"
+    # Every overridable field but the skipped one can be set through it.
+    preset = load_preset("cpu").model_dump(mode="json")
+    every = {
+        path: reduce(dict.get, path.split("."), preset)
+        for path in overridable_fields()
+        if path != "data.catalogue"
+    }
+    assert model.from_dotted(every).dotted() == every

@@ -9,9 +9,11 @@ from uuid import uuid4
 import prefect
 import yaml
 from prefect.flows import load_flow_from_entrypoint
+from prefect.utilities.callables import parameter_schema_from_entrypoint
 from prefect.utilities.templating import apply_values
 
 from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments, failure_automation
+from toolgrpo.flows.retrain import retrain
 from toolgrpo.training.config import load_preset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +45,8 @@ def test_kubernetes_deployment_runs_the_gpu_preset_on_a_gpu_job():
     spec = yaml.safe_load((REPO_ROOT / "prefect.kubernetes.yaml").read_text(encoding="utf-8"))
     _check_entrypoints_and_parameters(spec)
     (deployment,) = spec["deployments"]
-    params = deployment["parameters"]["params"]
-    assert load_preset(params["preset"], params["config"]).runtime.device == "cuda"
+    params = retrain.validate_parameters(deployment["parameters"])
+    assert load_preset(params["preset"], params["config"].dotted()).runtime.device == "cuda"
 
     template = json.loads(KUBERNETES_TEMPLATE.read_text(encoding="utf-8"))
     variables = template["variables"]["properties"]
@@ -59,7 +61,7 @@ def test_kubernetes_deployment_runs_the_gpu_preset_on_a_gpu_job():
     assert pod["volumes"] == [
         {"name": "data", "persistentVolumeClaim": {"claimName": "toolgrpo-data"}}
     ]
-    assert params["out"].startswith(container["volumeMounts"][0]["mountPath"])
+    assert params["out"].is_relative_to(container["volumeMounts"][0]["mountPath"])
 
 
 def test_kubernetes_template_is_prefects_default_plus_the_gpu_and_the_volume():
@@ -86,6 +88,27 @@ def test_served_deployments_carry_their_schedules():
     parameters = served["data-quality-hourly"].parameters
     assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train"]
     assert [Path(f).parent.name for f in parameters["eval_files"]] == ["eval"] * 3
+
+
+def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():
+    (served,) = [d for d in deployments() if d.name == "nightly-retrain"]
+    schema = served._parameter_openapi_schema.model_dump()  # what `apply` registers as the form
+    properties = schema["properties"]
+    assert {"preset", "train_files", "eval_files", "catalogue", "config", "audit_folds"} <= set(
+        properties
+    )
+    assert "catalogue" in properties["catalogue"]["description"]
+    assert properties["preset"]["enum"] == ["smoke", "cpu", "gpu"]
+    grpo = schema["definitions"]["GRPOOverrides"]["properties"]
+    assert grpo["max_steps"]["description"] == "optimiser steps"
+    assert grpo["max_steps"]["type"] == "integer"
+    # The fields the flow sets itself are not on the form.
+    data = schema["definitions"]["DataOverrides"]["properties"]
+    assert "max_train_rows" in data and "catalogue" not in data
+    assert "train_single_step" not in data
+    # `prefect deploy` reads the form from the prefect.yaml entrypoint: the same one.
+    deployed = parameter_schema_from_entrypoint(f"{REPO_ROOT / 'flows' / 'retrain.py'}:retrain")
+    assert deployed.model_dump() == schema
 
 
 def test_failure_automation_notifies_on_failed_runs_of_both_deployments():

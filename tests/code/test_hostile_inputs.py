@@ -424,7 +424,7 @@ def test_ten_megabyte_values_are_cut_and_limited_by_their_own_checks(
     assert cli.validate(data, out=tmp_path / "runs") == 1
     out = capsys.readouterr().out
     assert len(out) < 5_000
-    assert f'tool "{"x" * 200}… ({TEN_MB:,} characters)" is not in data/tools.json' in out
+    assert f'tool "{"x" * 200}… ({TEN_MB:,} characters)" is not in the tool catalogue' in out
     assert f"{data}:3: solution has {len(huge_thought)} characters (at most 4000) " in out
     assert "[check: solution_within_length]" in out
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -65,7 +65,7 @@ def test_unknown_tool_is_reported_by_the_schema(tmp_path):
     )
     report = validate_samples.fn(load_samples.fn([path]))
     assert [str(p) for p in report.failures] == [
-        f'{path}:2: tool "fly" is not in data/tools.json [check: tool_in_catalogue]'
+        f'{path}:2: tool "fly" is not in the tool catalogue [check: tool_in_catalogue]'
     ]
 
 

@@ -3,8 +3,8 @@
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolgrpo.schemas.catalogue import load_catalogue
-from toolgrpo.training.chat import SYSTEM_PROMPT, chat_prompt
+from toolgrpo.schemas.catalogue import default_catalogue, load_catalogue
+from toolgrpo.training.chat import chat_prompt, system_prompt
 from toolgrpo.training.model import IM_END, build_tiny
 
 TEXTS = [
@@ -68,11 +68,11 @@ def test_chat_prompt_has_system_user_and_open_assistant_turn(tiny):
     tokenizer, _ = tiny
     text = chat_prompt(tokenizer, "Show the balance of ACC001")
     assert text == (
-        f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
+        f"<|im_start|>system\n{system_prompt(default_catalogue())}<|im_end|>\n"
         "<|im_start|>user\nShow the balance of ACC001<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
 
 
 def test_system_prompt_names_every_catalogue_tool():
-    assert all(name in SYSTEM_PROMPT for name in load_catalogue().names)
+    assert all(name in system_prompt(default_catalogue()) for name in load_catalogue().names)

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from toolgrpo.evaluation.device import eval_device
-from toolgrpo.flows.retrain import RetrainParams, retrain
+from toolgrpo.flows.retrain import RetrainOverrides, retrain
 from toolgrpo.training.config import CONFIG_FILENAME, load_preset, read_config
 from toolgrpo.training.model import build_tiny, save_model
 from toolgrpo.training.samples import grpo_rows, tokenizer_corpus
@@ -36,13 +36,12 @@ def base_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gpu_run(prefect_harness, base_dir, tmp_path_factory):
-    params = RetrainParams(
+    return retrain(
         preset="gpu",
         out=tmp_path_factory.mktemp("runs"),
-        config={"model.base_model": str(base_dir), **SMALL},
+        config=RetrainOverrides.from_dotted({"model.base_model": str(base_dir), **SMALL}),
         audit_training_rows=False,
     )
-    return retrain(params)
 
 
 def test_gpu_preset_trains_where_the_machine_can_and_records_it(gpu_run):

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from transformers import AutoModelForCausalLM
 
-from toolgrpo.flows.retrain import RetrainParams, retrain
+from toolgrpo.flows.retrain import SHIPPED_TRAIN_FILES, retrain
 from toolgrpo.validation.gate import DataGateFailed
 
 pytestmark = pytest.mark.slow
@@ -14,8 +14,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smoke_summary(prefect_harness, tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs")
-    return retrain(RetrainParams(preset="smoke", out=out, audit_folds=3))
+    return retrain(preset="smoke", out=tmp_path_factory.mktemp("runs"), audit_folds=3)
 
 
 def test_retrain_writes_summary_for_automation(smoke_summary):
@@ -51,7 +50,7 @@ def test_report_is_self_contained_with_plots(smoke_summary):
 
 
 def test_unchanged_data_and_config_reuse_the_trained_models(smoke_summary):
-    again = retrain(RetrainParams(preset="smoke", out=smoke_summary.run_dir.parent, audit_folds=3))
+    again = retrain(preset="smoke", out=smoke_summary.run_dir.parent, audit_folds=3)
     assert again.retrained is False
     assert again.run_dir != smoke_summary.run_dir
     assert again.models == smoke_summary.models
@@ -79,13 +78,13 @@ def test_cross_fitted_audit_scores_each_training_row_with_a_model_that_never_saw
 
 
 def test_invalid_row_stops_the_flow_before_training(prefect_harness, tmp_path):
-    good = RetrainParams().train_files
+    good = SHIPPED_TRAIN_FILES
     bad = tmp_path / "bad.jsonl"
     row = json.loads(good[0].read_text(encoding="utf-8").splitlines()[0])
     bad.write_text(json.dumps({**row, "id": "bad-1", "tool": "teleport"}) + "\n", encoding="utf-8")
     out = tmp_path / "runs"
     with pytest.raises(DataGateFailed) as failed:
-        retrain(RetrainParams(preset="smoke", train_files=[*good, bad], out=out))
+        retrain(preset="smoke", train_files=[*good, bad], out=out)
     assert any(p.file.endswith("bad.jsonl") and p.line == 1 for p in failed.value.report.failures)
     (run_dir,) = out.iterdir()
     assert not (run_dir / "sft").exists()
