@@ -76,11 +76,9 @@ def grpo_rows(config: TrainConfig) -> list[Row]:
     return _subset(single + multi, config)
 
 
-def tokenizer_corpus(rows: list[Row]) -> list[str]:
+def tokenizer_corpus(rows: list[Row], *, system_prompt: bool = True) -> list[str]:
     """The text a locally built tokenizer is trained on: what the model reads and writes, with the
-    system prompt and chat frame once per row, so they are as frequent (and merged) as in use."""
-    return [
-        text
-        for row in rows
-        for text in (SYSTEM_PROMPT, _CHAT_FRAME, row["prompt"], row["solution"])
-    ]
+    chat frame (and the system prompt, unless it becomes a token of its own) once per row, so
+    they are as frequent (and merged) as in use."""
+    frame = (SYSTEM_PROMPT, _CHAT_FRAME) if system_prompt else (_CHAT_FRAME,)
+    return [text for row in rows for text in (*frame, row["prompt"], row["solution"])]
