@@ -1,9 +1,10 @@
-"""Benchmark how the SFT warm start spends its time on the CPU, and whether packing would help.
+"""Benchmark how the SFT warm start spends its time on the CPU, and which levers shorten it.
 
-The `cpu` preset's SFT is most of the main job. This measures, on the same model and rows, real
-(non-padding) tokens per second of TRL's `SFTTrainer` with the preset's padded batches against
-its padding-free and BFD-packing modes (same tokens per step), then where a padded step's time
-goes (matmuls vs the rest, by `torch.profiler`) and the matmul rate that implies.
+The `cpu` preset's SFT is most of the main job. This measures, on the same rows, training rows
+per second of TRL's `SFTTrainer` for each lever against the preset with the lever undone: the
+system prompt as BPE pieces or as one token (`model.tiny.system_prompt_token`), TRL's
+padding-free and BFD-packing modes (same tokens per step), `torch_compile`; then where a padded
+step's time goes (matmuls vs the rest, by `torch.profiler`) and the matmul rate that implies.
 
     python bench/sft_throughput.py [--steps 20] [--rounds 2] [--preset cpu]
 """
@@ -14,7 +15,9 @@ import os
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cyclopts
 import datasets
@@ -36,53 +39,76 @@ TOKENS_PER_STEP = 16 * 150
 PROFILED_STEPS = 5
 
 
-def _trainer(preset: str, mode: str, steps: int, work_dir: Path) -> SFTTrainer:
-    """The pipeline's SFT trainer, in `mode`: padded (the preset), padding-free, or packed."""
-    config = load_preset(preset, {"runtime.save_steps": 10**9})
-    tokenizer, model = initial_model(config, work_dir)
+@dataclass(frozen=True)
+class Arm:
+    """One way to run the preset's SFT: config overrides, then changes to TRL's `SFTConfig`."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    trl: dict[str, Any] = field(default_factory=dict)
+
+
+BPE_PROMPT = {"model.tiny.system_prompt_token": False}
+ARMS = [
+    Arm("system prompt as BPE pieces", BPE_PROMPT),
+    Arm("system prompt as one token (preset)"),
+    Arm("padding-free", trl={"padding_free": True, "max_length": None}),
+    Arm("packed 256", trl={"packing": True, "max_length": 256}),
+    Arm("torch.compile", trl={"torch_compile": True}),
+]
+
+
+def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrainer, float]:
+    """The pipeline's SFT trainer with `arm`'s changes, and its mean tokens per row."""
+    config = load_preset(preset, {"runtime.save_steps": 10**9, **arm.overrides})
+    args = sft_config(config, work_dir)
+    tokenizer, model = initial_model(config, work_dir, args)
     dataset = Dataset.from_list(
         [
             {"prompt": chat_prompt(tokenizer, row["prompt"]), "completion": row["solution"]}
             for row in sft_rows(config)
         ]
     )
-    args = sft_config(config, work_dir)
     # One log line at the end: TRL's running `num_tokens` then covers every step.
     args.max_steps, args.save_strategy, args.logging_steps = steps, "no", steps
-    if mode == "padding-free":
-        args.padding_free, args.max_length = True, None
-    elif mode.startswith("packed"):
-        args.packing, args.max_length = True, int(mode.split()[1])
+    for name, value in arm.trl.items():
+        setattr(args, name, value)
+    if args.packing:  # as many tokens per step as the padded batches hold
         args.per_device_train_batch_size = max(1, TOKENS_PER_STEP // args.max_length)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict when tqdm is off
-    return trainer
+    texts = [row["prompt"] + row["completion"] for row in dataset]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    return trainer, sum(lengths) / len(lengths)
 
 
-def compare_modes(preset: str, steps: int, rounds: int) -> None:
-    """Real tokens per second of each mode, best of `rounds` interleaved rounds."""
-    modes = ["padded", "padding-free", "packed 512", "packed 256"]
-    best = dict.fromkeys(modes, 0.0)
+def compare_arms(preset: str, steps: int, rounds: int) -> None:
+    """Training rows per second of each arm (real tokens fed over the arm's mean tokens per row),
+    and real (non-padding) tokens per second, best of `rounds` interleaved rounds."""
+    best: dict[str, tuple[float, float]] = {}
     for _ in range(rounds):
-        for mode in modes:
+        for arm in ARMS:
             with tempfile.TemporaryDirectory() as work_dir:
-                trainer = _trainer(preset, mode, steps, Path(work_dir))
+                trainer, row_tokens = _trainer(preset, arm, steps, Path(work_dir))
                 start = time.perf_counter()
                 trainer.train()
                 seconds = time.perf_counter() - start
             # TRL logs the running count of real (non-padding) tokens the model was fed.
             tokens = max(log.get("num_tokens", 0) for log in trainer.state.log_history)
-            best[mode] = max(best[mode], tokens / seconds)
+            rates = (tokens / row_tokens / seconds, tokens / seconds)
+            best[arm.name] = max(best.get(arm.name, (0.0, 0.0)), rates)
+    base = best[ARMS[0].name][0]
     print(f"{steps} SFT steps of the {preset!r} preset's model, best of {rounds} rounds:")
-    for mode, rate in best.items():
-        print(f"  {mode:<13} {rate:8.0f} real tokens/s  {rate / best['padded']:5.2f}x padded")
+    print(f"  {'arm':<36} {'rows/s':>7} {'real tokens/s':>14} {'vs BPE pieces':>14}")
+    for name, (rows_rate, token_rate) in best.items():
+        print(f"  {name:<36} {rows_rate:7.1f} {token_rate:14.0f} {rows_rate / base:13.2f}x")
 
 
 def matmul_share(preset: str) -> None:
     """Profile padded steps: the share of time in matmuls and the FLOP rate they reach."""
     config = load_preset(preset)
     with tempfile.TemporaryDirectory() as work_dir:
-        _, model = initial_model(config, Path(work_dir))
+        _, model = initial_model(config, Path(work_dir), sft_config(config, Path(work_dir)))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch_size = config.sft.per_device_train_batch_size
@@ -119,7 +145,7 @@ def main(steps: int = 20, rounds: int = 2, preset: str = "cpu") -> None:
     if threads:
         torch.set_num_threads(threads)
     print(f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    compare_modes(preset, steps, rounds)
+    compare_arms(preset, steps, rounds)
     matmul_share(preset)
     print(f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -123,6 +123,11 @@ class TinyModelSection(Section):
     num_heads: int = Field(4, gt=0, description="attention heads; must divide hidden_size")
     vocab_size: int = Field(2048, ge=300, description="BPE vocabulary trained on the rows")
     split_digits: bool = Field(True, description="one token per digit (amounts compare by digit)")
+    system_prompt_token: bool = Field(
+        True,
+        description="the constant system prompt as one token: to a model trained from scratch it "
+        "carries no information, and as BPE pieces it was 62 of a row's ~150 tokens",
+    )
 
 
 class LoraSection(Section):

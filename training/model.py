@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -57,9 +57,14 @@ class BaseModelError(ValueError):
 
 
 def train_tokenizer(
-    texts: list[str], *, vocab_size: int = 2048, split_digits: bool = True
+    texts: list[str],
+    *,
+    vocab_size: int = 2048,
+    split_digits: bool = True,
+    whole_texts: tuple[str, ...] = (),
 ) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on `texts`, with ChatML special tokens and template."""
+    """A byte-level BPE tokenizer trained on `texts`, with ChatML special tokens and template;
+    each of `whole_texts` (the constant system prompt) becomes a single token of its own."""
     pattern = _PRE_TOKENIZER_PATTERN % ("" if split_digits else "+")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -76,7 +81,7 @@ def train_tokenizer(
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token=IM_END,
         pad_token=PAD,
@@ -85,6 +90,8 @@ def train_tokenizer(
         model_max_length=MAX_POSITIONS,
         padding_side="left",
     )
+    fast.add_tokens([AddedToken(text, normalized=False) for text in whole_texts])
+    return fast
 
 
 def build_tiny(
@@ -96,9 +103,13 @@ def build_tiny(
     vocab_size: int = 2048,
     seed: int = 0,
     split_digits: bool = True,
+    whole_texts: tuple[str, ...] = (),
 ) -> tuple[PreTrainedTokenizerFast, Qwen2ForCausalLM]:
-    """A tokenizer trained on `texts` and a randomly initialised Qwen2 sized to it (seeded)."""
-    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, split_digits=split_digits)
+    """A tokenizer trained on `texts` (`whole_texts` one token each) and a randomly initialised
+    Qwen2 sized to it (seeded)."""
+    tokenizer = train_tokenizer(
+        texts, vocab_size=vocab_size, split_digits=split_digits, whole_texts=whole_texts
+    )
     set_transformers_seed(seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),

@@ -77,9 +77,12 @@ def grpo_rows(config: TrainConfig) -> list[Row]:
     return _subset(single + multi, config)
 
 
-def tokenizer_corpus(rows: list[Row], catalogue: Catalogue | None = None) -> list[str]:
+def tokenizer_corpus(
+    rows: list[Row], catalogue: Catalogue | None = None, *, with_system_prompt: bool = True
+) -> list[str]:
     """The text a locally built tokenizer is trained on: what the model reads and writes, with the
-    system prompt (naming `catalogue`'s tools) and chat frame once per row, so they are as
-    frequent (and merged) as in use."""
-    system = system_prompt(catalogue or default_catalogue())
-    return [text for row in rows for text in (system, _CHAT_FRAME, row["prompt"], row["solution"])]
+    chat frame and (unless it becomes a token of its own) the system prompt naming `catalogue`'s
+    tools, once per row, so they are as frequent (and merged) as in use."""
+    system = (system_prompt(catalogue or default_catalogue()),) if with_system_prompt else ()
+    frame = (*system, _CHAT_FRAME)
+    return [text for row in rows for text in (*frame, row["prompt"], row["solution"])]

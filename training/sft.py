@@ -8,7 +8,7 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
-from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.chat import chat_prompt, system_prompt
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
 from toolgrpo.training.model import build_tiny, load_model, lora_config, save_model
@@ -34,11 +34,11 @@ def initial_model(
     init_dir = stage_dir / "init"
     with args.main_process_first(desc="build the tiny model"):
         if not (init_dir / "config.json").is_file():
-            tokenizer, model = build_tiny(
-                tokenizer_corpus(grpo_rows(config), config.data.tool_catalogue()),
-                **config.model.tiny.model_dump(),
-                seed=config.seed,
-            )
+            tiny = config.model.tiny.model_dump()
+            catalogue = config.data.tool_catalogue()
+            whole = (system_prompt(catalogue),) if tiny.pop("system_prompt_token") else ()
+            corpus = tokenizer_corpus(grpo_rows(config), catalogue, with_system_prompt=not whole)
+            tokenizer, model = build_tiny(corpus, **tiny, whole_texts=whole, seed=config.seed)
             save_model(model, tokenizer, init_dir)
     return load_model(init_dir, config.model)
 

@@ -52,6 +52,30 @@ def test_same_seed_builds_the_same_weights():
     assert all((a == b).all() for a, b in zip(first.parameters(), second.parameters(), strict=True))
 
 
+def test_the_system_prompt_can_be_one_token_and_survives_a_save(tmp_path):
+    """The constant system prompt as a single token: the chat text is the same, its tokens far
+    fewer, and a saved tokenizer reads it the same way."""
+    pieces, _ = build_tiny(TEXTS, hidden_size=32, num_layers=1, num_heads=2, vocab_size=400)
+    whole, _ = build_tiny(
+        TEXTS,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        vocab_size=400,
+        whole_texts=(system_prompt(default_catalogue()),),
+    )
+    prompt = chat_prompt(whole, TEXTS[0])
+    assert prompt == chat_prompt(pieces, TEXTS[0])
+    assert system_prompt(default_catalogue()) in whole.convert_ids_to_tokens(
+        whole(prompt)["input_ids"]
+    )
+    assert len(whole(prompt)["input_ids"]) < len(pieces(prompt)["input_ids"]) - 20
+    whole.save_pretrained(tmp_path)
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path)(prompt)["input_ids"] == whole(prompt)["input_ids"]
+    )
+
+
 def test_saved_tiny_model_loads_with_auto_classes_and_keeps_the_chat_format(tiny, tmp_path):
     tokenizer, model = tiny
     tokenizer.save_pretrained(tmp_path)
