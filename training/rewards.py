@@ -130,6 +130,15 @@ def _keyword_scanner() -> _KeywordScanner:
     return _KeywordScanner(re.compile("|".join(alternatives), re.IGNORECASE), tools_by_keyword)
 
 
+def tool_keywords() -> dict[str, frozenset[str]]:
+    """Per tool, the keywords (lower-cased) whose occurrence names it (`_tools_named`)."""
+    words: dict[str, set[str]] = {name: set() for name in default_catalogue().names}
+    for word, tools in _keyword_scanner().tools_by_keyword.items():
+        for tool in tools:
+            words[tool].add(word)
+    return {tool: frozenset(found) for tool, found in words.items()}
+
+
 @cache
 def _tool_names() -> frozenset[str]:
     return frozenset(default_catalogue().names)
