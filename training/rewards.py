@@ -131,6 +131,15 @@ def _keyword_scanner(catalogue: Catalogue) -> _KeywordScanner:
     return _KeywordScanner(re.compile("|".join(alternatives), re.IGNORECASE), tools_by_keyword)
 
 
+def tool_keywords(catalogue: Catalogue) -> dict[str, frozenset[str]]:
+    """Per tool, the keywords (lower-cased) whose occurrence names it (`_tools_named`)."""
+    words: dict[str, set[str]] = {name: set() for name in catalogue.names}
+    for word, tools in _keyword_scanner(catalogue).tools_by_keyword.items():
+        for tool in tools:
+            words[tool].add(word)
+    return {tool: frozenset(found) for tool, found in words.items()}
+
+
 @cache
 def _tool_names(catalogue: Catalogue) -> frozenset[str]:
     return frozenset(catalogue.names)

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
@@ -284,3 +285,64 @@ def test_the_gate_warns_with_file_line_and_evidence_and_still_passes(tmp_path):
         f"{path}:2: s-2: the balance 1,000,000 covers 10万 (100,000), yet the label replies "
         f"[check: {BRANCH_MATCHES_FIGURES}]"
     ]
+
+
+# --- the screens ----------------------------------------------------------------------------
+
+
+def _as_scenario(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**row, "scenario_id": name, "id": f"{name}-{row['step']}"} for row in rows]
+
+
+def one_broken_row_per_rule() -> list[dict[str, Any]]:
+    """A scenario breaking each rule (the rows of the tests above), and rows the screens cannot
+    read as Python does: a solution with prose around it, a blank plan step, a tab and a
+    non-ASCII digit in a history, a letter Python folds onto ASCII."""
+    first, second = scenario()
+    blank_plan = (*CHECK[:3], [" "])
+    prose = f"Sure: {_solution(*TRANSFER[:2], 'I check the balance first.', TRANSFER[3])} ok"
+    statement = [_row(1, TRANSFER, []), _row(2, STATEMENT, ["transfer_funds → sent 10万"])]
+    for row in statement:
+        row["prompt"] = "Transfer 10万, then show me what's left." + row["prompt"][len(REQUEST) :]
+    single = {"kind": "single", "n_steps": 1}
+    kelvin = (*TRANSFER[:2], "I \u212aheck the balance now.", TRANSFER[3])  # the Kelvin sign
+    cases = {
+        "thought": [
+            _row(1, (*TRANSFER[:2], "I check the balance first.", TRANSFER[3]), [], **single)
+        ],
+        "plan": [
+            _row(
+                1,
+                ("withdraw", {"account": "ACC001", "amount": 5}, "Now.", ["deposit"]),
+                [],
+                **single,
+            )
+        ],
+        "history": [{**first, **_row(1, TRANSFER, [])}, second],
+        "repeat": [first, {**second, **_row(2, CHECK, ["check_balance → balance 150,000"])}],
+        "request": statement,
+        "branch": scenario("balance 1,000,000", REPLY),
+        "prose": [_row(1, CHECK, [], **single) | {"solution": prose, "tool": "transfer_funds"}],
+        "blank plan": [_row(1, blank_plan, [], **single)],
+        "tab": [first, {**second, **_row(2, CHECK, ["check_balance\t→ balance 150,000"])}],
+        "digit": [_row(1, TRANSFER, []), _row(2, CHECK, ["check_balance → balance ١٥٠"])],
+        "folded": [_row(1, kelvin, [], **single)],
+    }
+    return [row for name, rows in cases.items() for row in _as_scenario(name, rows)]
+
+
+def test_the_screens_keep_every_finding_of_every_rule_on_every_row(tmp_path):
+    """On the shipped rows and a scenario breaking each rule, the screened checks find exactly
+    what running every rule on every row finds (rows, rules, evidence, order)."""
+    shipped = load_samples.fn(sorted(DATA_DIR.glob("*/*.jsonl"))).frame
+    frame = pl.concat([shipped, loaded_rows(tmp_path, *one_broken_row_per_rule())])
+    screened = label_inconsistencies(frame)
+    assert screened == label_inconsistencies(frame, screen=False)
+    assert {found.check for found in screened} == {
+        THOUGHT_ANNOUNCES_ACTION,
+        PLAN_STARTS_WITH_ACTION,
+        STEP_MATCHES_HISTORY,
+        STEP_NOT_REPEATED,
+        STEP_NAMED_BY_REQUEST,
+        BRANCH_MATCHES_FIGURES,
+    }

@@ -1,0 +1,92 @@
+"""Time the label context checks on 1,000,000 rows: screened (the gate's) vs row by row.
+
+    python bench/context_checks.py [--rows 1000000] [--reference-rows 20000]
+
+Rows are the shipped rows repeated with fresh ids and scenario ids, in three variants:
+`repeated` (every copy the same text), `unique slots` (each copy's request and thought name
+their own account, ACC000001…, as templated data differ in slot values) and `unique words`
+(each copy's request and thought carry their own made-up word, so no two texts read alike).
+The row-by-row reference (`screen=False`, ~0.5 ms a row) runs on the first `reference_rows`
+rows of each variant, where both must find exactly the same; the screened checks also run on
+all rows. Prints seconds, µs per row and the speed-up, with the machine's load average.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+import time
+from pathlib import Path
+
+import cyclopts
+import polars as pl
+
+from toolgrpo.data import DATA_DIR
+from toolgrpo.validation.context import label_inconsistencies
+from toolgrpo.validation.loader import load_samples
+
+SHIPPED = ["train/single_step.jsonl", "train/multistep.jsonl", "eval/single_step.jsonl"]
+SHIPPED += ["eval/multistep.jsonl", "eval/unseen_phrasing.jsonl"]
+THOUGHT_KEY = '"thought": "'
+
+
+def _word(copy: pl.Expr) -> pl.Expr:
+    """A made-up word per copy number: its digits spelled as letters (1207 → "bcah")."""
+    letters = copy.cast(pl.String)
+    for digit, letter in zip(string.digits, "ahbcdefgij", strict=True):
+        letters = letters.str.replace_all(digit, letter, literal=True)
+    return pl.lit("x") + letters
+
+
+def rows_of(variant: str, rows: int) -> pl.DataFrame:
+    """`rows` rows: the shipped rows repeated, each copy with its own ids (and text: `variant`)."""
+    shipped = load_samples([Path(DATA_DIR) / name for name in SHIPPED]).frame
+    copies = -(-rows // shipped.height)
+    frame = pl.concat([shipped.with_columns(copy=pl.lit(k)) for k in range(copies)]).head(rows)
+    suffix = pl.lit("#") + pl.col("copy").cast(pl.String)
+    frame = frame.with_columns(id=pl.col("id") + suffix, scenario_id=pl.col("scenario_id") + suffix)
+    if variant == "repeated":
+        return frame.drop("copy")
+    tag = {
+        "unique slots": pl.lit("for ACC") + pl.col("copy").cast(pl.String).str.zfill(6),
+        "unique words": pl.lit("for ") + _word(pl.col("copy")),
+    }[variant]
+    return frame.with_columns(
+        prompt=tag + pl.lit(" ") + pl.col("prompt"),
+        solution=pl.col("solution").str.replace(
+            THOUGHT_KEY, pl.lit(THOUGHT_KEY) + tag + pl.lit(" "), literal=True
+        ),
+    ).drop("copy")
+
+
+def _timed(frame: pl.DataFrame, screen: bool) -> tuple[float, list]:
+    start = time.perf_counter()
+    found = label_inconsistencies(frame, screen=screen)
+    return time.perf_counter() - start, found
+
+
+def main(rows: int = 1_000_000, reference_rows: int = 20_000) -> None:
+    """Print per variant: row by row and screened on `reference_rows`, screened on all rows."""
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"| variant | findings (sample / all) | row by row, {reference_rows:,} rows | "
+        f"screened, same rows | speed-up | screened, {rows:,} rows | µs/row |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for variant in ("repeated", "unique slots", "unique words"):
+        frame = rows_of(variant, rows)
+        sample = frame.head(reference_rows)
+        reference_s, reference = _timed(sample, screen=False)
+        screened_s, screened = _timed(sample, screen=True)
+        if screened != reference:
+            raise SystemExit(f"{variant}: the screened checks found otherwise than row by row")
+        all_s, found = _timed(frame, screen=True)
+        print(
+            f"| {variant} | {len(reference)} / {len(found)} | {reference_s:.2f} s | "
+            f"{screened_s:.3f} s | {reference_s / screened_s:.0f}× | {all_s:.2f} s | "
+            f"{all_s / frame.height * 1e6:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    cyclopts.run(main)
