@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smoke_summary(prefect_harness, tmp_path_factory):
-    return retrain(preset="smoke", out=tmp_path_factory.mktemp("runs"))
+    # The cross-fitted audit is off by default; this module checks it too.
+    return retrain(preset="smoke", out=tmp_path_factory.mktemp("runs"), audit_folds=3)
 
 
 def test_retrain_writes_summary_for_automation(smoke_summary):
