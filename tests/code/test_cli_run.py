@@ -3,6 +3,7 @@
 import pytest
 
 from toolgrpo.flows import cli
+from toolgrpo.flows.retrain import retrain
 
 
 @pytest.mark.parametrize(
@@ -67,3 +68,14 @@ def test_every_command_that_reads_tools_takes_a_catalogue_and_refuses_a_bad_one(
         assert f"{missing}: cannot read the tool catalogue" in error, command
         assert len(error.splitlines()) == 1, command
     assert not out.exists()
+
+
+def test_run_options_become_the_flows_typed_parameters(tmp_path):
+    catalogue = cli.DATA_DIR / "tools.json"
+    parameters = cli.retrain_parameters(
+        "smoke", None, None, tmp_path, ["grpo.max_steps=2", "seed=4"], 0, catalogue
+    )
+    assert parameters["config"].dotted() == {"grpo.max_steps": 2, "seed": 4}
+    assert (parameters["catalogue"], parameters["audit_folds"]) == (catalogue, 0)
+    assert "train_files" not in parameters  # the flow's default: the shipped files
+    retrain.validate_parameters(parameters)  # raises on a parameter the flow would refuse
