@@ -74,21 +74,41 @@ _REQUIRED_STRINGS = [name for name in _REQUIRED if name in _STRING_FIELDS]
 _REQUIRED_INTEGERS = [name for name in _REQUIRED if name not in _STRING_FIELDS]
 # Integer dtypes whose every value is an int64, as pydantic reads it.
 _INT64_DTYPES = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32)
-# `bytes.strip()` whitespace: a line of only these is blank (not a row). A line never holds "\n".
-_BLANK = " \t\r\x0b\x0c"
+# `bytes.strip()` whitespace, as a regex class: a line of only these is blank (not a row). A line
+# never holds "\n".
+_BLANK = r" \t\r\x0b\x0c"
 
 # A flat JSON object whose values are strings, integers that fit int64, or null, and whose keys
-# have no escapes. Strings exclude surrogate escapes (pydantic rejects a lone one) and raw control
-# characters. Other JSON (floats, booleans, nesting) is valid but not plain: pydantic reads it.
+# have no escapes. Strings exclude surrogate escapes (pydantic rejects a lone one), raw control
+# characters and U+FFFD (what a byte that is not UTF-8 was read as). Other JSON (floats, booleans,
+# nesting) is valid but not plain: pydantic reads it.
 _WS = r"[ \t\r]*"
 _STRING = (
-    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
+    r'"(?:[^"\\\x00-\x1f\x{FFFD}]|\\["\\/bfnrt]'
     r'|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))*"'
 )
 _KEY = r'"[^"\\\x00-\x1f]*"'
 _INTEGER = r"-?(?:0|[1-9][0-9]{0,17})"
 _MEMBER = f"{_KEY}{_WS}:{_WS}(?:{_STRING}|{_INTEGER}|null)"
 _FLAT_OBJECT = f"^{_WS}\\{{{_WS}{_MEMBER}{_WS}(?:,{_WS}{_MEMBER}{_WS})*\\}}{_WS}$"
+
+
+def _canonical_row() -> str:
+    """A regex for a row as writers usually write it: the contract's keys, in its order, each of
+    its JSON type (an optional one maybe missing or null), and nothing else. One pass of it
+    proves all that `_plain_row` checks."""
+    members = []
+    for position, (name, dtype) in enumerate(RECORD_SCHEMA.items()):
+        value = _STRING if dtype == pl.String else _INTEGER
+        separator = f"{_WS},{_WS}" if position else ""
+        if name in _OPTIONAL:
+            members.append(f'(?:{separator}"{re.escape(name)}"{_WS}:{_WS}(?:{value}|null))?')
+        else:
+            members.append(f'{separator}"{re.escape(name)}"{_WS}:{_WS}{value}')
+    return f"^{_WS}\\{{{_WS}{''.join(members)}{_WS}\\}}{_WS}$"
+
+
+_CANONICAL_ROW = _canonical_row()
 
 
 def _members(names: Sequence[str], value: str = "") -> str:
@@ -119,7 +139,6 @@ def _plain_row(text: pl.Expr) -> pl.Expr:
     optional_members = text.str.count_matches(_members(_OPTIONAL))
     return (
         text.str.contains(_FLAT_OBJECT)
-        & ~text.str.contains("\ufffd", literal=True)  # a byte that was not UTF-8
         & (contract_members == typed_members)
         & (contract_members == len(_REQUIRED) + optional_members)
         & (optional_members <= 1)
@@ -254,23 +273,26 @@ def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Row
         lines = pl.read_lines(data, name="text")
     except pl.exceptions.ComputeError:  # some byte is not UTF-8: its line is not plain
         lines = pl.read_lines(data.decode("utf-8", "replace").encode(), name="text")
-    rows = (
-        lines.with_row_index("line", offset=1)
-        .filter(pl.col("text").str.strip_chars(_BLANK) != "")
-        .with_columns(plain=_plain_row(pl.col("text")))
+    rows = lines.with_row_index("line", offset=1).filter(
+        ~pl.col("text").str.contains(f"^[{_BLANK}]*$")
     )
+    canonical = rows.select(pl.col("text").str.contains(_CANONICAL_ROW)).to_series()
+    others = rows.filter(~canonical)  # polars checks these more slowly, pydantic reads the rest
+    plain = canonical | rows["line"].is_in(others.filter(_plain_row(pl.col("text")))["line"])
     try:
-        decoded = (
-            rows.filter("plain")
-            .select("line", pl.col("text").str.json_decode(pl.Struct(RECORD_SCHEMA)).alias("row"))
-            .unnest("row")
-        )
+        decoded = rows.select(
+            "line",
+            pl.when(plain)
+            .then(pl.col("text"))
+            .str.json_decode(pl.Struct(RECORD_SCHEMA))
+            .alias("row"),
+        ).unnest("row")
     except pl.exceptions.ComputeError:  # polars disagrees with the plain-row rule: trust pydantic
         return pl.DataFrame(schema=FRAME_SCHEMA), rows.height, _read_jsonl(path, file)
-    has_required = pl.all_horizontal(pl.col(_REQUIRED).is_not_null())
-    others = {*rows.filter(~pl.col("plain"))["line"], *decoded.filter(~has_required)["line"]}
-    by_pydantic = _read_jsonl(path, file, others) if others else iter(())
-    return _with_location(decoded.filter(has_required), file), rows.height, by_pydantic
+    native = plain & decoded.select(pl.all_horizontal(pl.col(_REQUIRED).is_not_null())).to_series()
+    by_pydantic = set(rows.filter(~native)["line"])
+    reader = _read_jsonl(path, file, by_pydantic) if by_pydantic else iter(())
+    return _with_location(decoded.filter(native), file), rows.height, reader
 
 
 def _read_parquet_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:
