@@ -3,10 +3,10 @@
 A line that cannot become a row (broken JSON, not an object, invalid UTF-8, a missing field, a
 wrong type) is reported as a `Problem` and counted, never dropped silently. Files are only read.
 
-Polars reads the rows natively (~30x faster than pydantic line by line at a million rows), but its
+Polars reads the rows natively (faster than pydantic line by line: `bench/validate.py`), but its
 readers coerce (`5` read as the string "5"), keep the first of two equal keys and raise on the
 whole file for one broken line. So natively read rows are only those whose text is plainly a row:
-a flat JSON object with each contract key once and of its JSON type (`_PLAIN_ROW`), or a parquet
+a flat JSON object with each contract key once and of its JSON type (`_plain_row`), or a parquet
 row with typed, non-null columns. Every other line or row goes through pydantic, as before, so
 each problem message is the one the line-by-line reader gives.
 """
