@@ -1,19 +1,30 @@
-"""Validate 1,000,000 sample rows with the polars schema and with the same rules on pandas.
+"""Validate 1,000,000 sample rows with the polars schema and with the same rules on pandas, then
+time `toolgrpo validate` on the same rows as a JSONL file, end to end.
 
-    python bench/validate.py [--rows 1000000] [--unique-solutions]
+    python bench/validate.py [--rows 1000000] [--unique-solutions] [--no-end-to-end]
 
 Rows are the shipped rows repeated with fresh ids. Both sides parse each distinct solution once
 (polars with `str.json_path_match`, pandas with `json.loads`, its only JSON parser), so by default
 JSON parsing is cheap; `--unique-solutions` makes every solution distinct (the worst case).
 Prints seconds, rows/s and the polars speed-up, with the machine's load average.
+
+End to end: the rows written as JSONL in a temporary folder, and a copy with 1% of its lines
+broken (cut JSON, a string step, a missing tool); `toolgrpo validate` on each in a subprocess
+(Prefect start-up, loading, checks, report files), with the loader's native readers and with
+every line read by pydantic as before them; then where the seconds go, stage by stage, in this
+process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import cyclopts
@@ -23,6 +34,7 @@ import pandera.pandas as pap
 import polars as pl
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.reporting.data_quality import render_markdown
 from toolgrpo.schemas.catalogue import default_catalogue as catalogue
 from toolgrpo.schemas.samples import (
     CONDITIONS,
@@ -34,9 +46,21 @@ from toolgrpo.schemas.samples import (
     ParsedSample,
     parse_solution,
 )
+from toolgrpo.validation import gate, loader
 
 SHIPPED = ["train/single_step.jsonl", "train/multistep.jsonl", "eval/single_step.jsonl"]
 SHIPPED += ["eval/multistep.jsonl", "eval/unseen_phrasing.jsonl"]
+BROKEN_EVERY = 100  # 1% of the lines
+# `toolgrpo validate ARGS`, as the console script runs it; {line_by_line} makes the loader read
+# every line with pydantic (`load_samples(line_by_line=True)`, the reader before polars).
+CLI = (
+    "import functools, sys\n"
+    "from toolgrpo.validation import loader\n"
+    "if {line_by_line}:\n"
+    "    loader.load_samples = functools.partial(loader.load_samples, line_by_line=True)\n"
+    "from toolgrpo.flows.cli import main\n"
+    "main(['validate', *sys.argv[1:]])\n"
+)
 
 
 def _compact(value: Any) -> str:
@@ -208,8 +232,109 @@ def failures_or_none(validate: Callable[[], object]) -> object:
     return None
 
 
-def main(rows: int = 1_000_000, unique_solutions: bool = False) -> None:
-    """Time the polars schema and the pandas one on the same ROWS rows, side by side."""
+def write_jsonl(frame: pl.DataFrame, path: Path, broken_every: int = 0) -> int:
+    """`frame` as JSONL at `path`, every `broken_every`-th line broken (three ways in turn);
+    returns how many lines were broken."""
+    frame.write_ndjson(path)
+    if not broken_every:
+        return 0
+    lines = pl.read_lines(path, name="text").with_row_index("number")
+    turn = pl.col("number") // broken_every % 3
+    text = pl.col("text")
+    broken = (
+        pl.when(pl.col("number") % broken_every != broken_every - 1)
+        .then(text)
+        .when(turn == 0)
+        .then(text.str.head(60))
+        .when(turn == 1)
+        .then(
+            text.str.replace('"step":', '"step":"', literal=True).str.replace(
+                ',"n_steps"', '","n_steps"', literal=True
+            )
+        )
+        .otherwise(text.str.replace(r',"tool":"[^"]*"', ""))
+    )
+    lines = lines.with_columns(broken)
+    path.write_text(lines["text"].str.join("\n").item() + "\n", encoding="utf-8")
+    return lines.height // broken_every
+
+
+def cli_run(path: Path, out: Path, line_by_line: bool) -> tuple[float, int]:
+    """Seconds and exit status of `toolgrpo validate PATH --out OUT` in a fresh process."""
+    env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **os.environ}
+    command = [sys.executable, "-c", CLI.format(line_by_line=line_by_line), str(path)]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*command, "--out", str(out)], env=env, capture_output=True, text=True, check=False
+    )
+    seconds = time.perf_counter() - start
+    if done.returncode not in (0, 1):  # 1: the gate failed, as it should on broken rows
+        raise SystemExit(f"toolgrpo validate {path} exited {done.returncode}:\n{done.stderr}")
+    return seconds, done.returncode
+
+
+def stage_seconds(path: Path) -> dict[str, float]:
+    """Where the gate's seconds go on `path`, in this process (no Prefect)."""
+    load_s, loaded = timed(lambda: loader.load_samples([path]))
+    stages = {"load (native readers)": load_s}
+    for name, stage in [
+        ("row contract (parse_solution + pandera)", lambda: gate.schema_failures(loaded.frame)),
+        ("label conflicts", lambda: gate.find_label_conflicts(loaded.frame)),
+        ("count rows", lambda: gate.count_rows(loaded)),
+    ]:
+        stages[name], _ = timed(stage)
+    stages["whole gate (validate_samples)"], report = timed(lambda: gate.validate_samples(loaded))
+    stages["report.md"], _ = timed(lambda: render_markdown(report))
+    return stages
+
+
+def failures_csv(out: Path) -> bytes:
+    """The failures.csv of the one run folder under `out`."""
+    (run_dir,) = out.iterdir()
+    return (run_dir / "failures.csv").read_bytes()
+
+
+def time_cli(frame: pl.DataFrame) -> None:
+    """`toolgrpo validate` on `frame` as JSONL, whole and 1% broken, native vs line by line."""
+    rows = frame.height
+    with tempfile.TemporaryDirectory(prefix="bench-validate-") as folder:
+        valid, broken = Path(folder, "valid.jsonl"), Path(folder, "broken.jsonl")
+        write_jsonl(frame, valid)
+        broken_lines = write_jsonl(frame, broken, BROKEN_EVERY)
+        small = DATA_DIR / SHIPPED[0]
+        startup_s, _ = cli_run(small, Path(folder, "runs-small"), line_by_line=False)
+        print(
+            f"\ntoolgrpo validate, end to end (a {sum(1 for _ in small.open())}-row file: "
+            f"{startup_s:.1f} s, mostly start-up); load average {os.getloadavg()}"
+        )
+        print(f"{'file':34} {'native':>8} {'line by line':>13} {'ratio':>6}")
+        for name, path, status in [
+            (f"{rows:,} valid rows", valid, 0),
+            (f"{rows:,} rows, {broken_lines:,} broken", broken, 1),
+        ]:
+            seconds = {}
+            for line_by_line in (False, True):
+                out = Path(folder, f"runs-{path.stem}-{line_by_line}")
+                seconds[line_by_line], exit_status = cli_run(path, out, line_by_line)
+                if exit_status != status:
+                    raise SystemExit(f"toolgrpo validate {path.name} exited {exit_status}")
+            same = failures_csv(Path(folder, f"runs-{path.stem}-False")) == failures_csv(
+                Path(folder, f"runs-{path.stem}-True")
+            )
+            if not same:
+                raise SystemExit(f"{path.name}: the two readers reported different problems")
+            print(
+                f"{name:34} {seconds[False]:7.1f}s {seconds[True]:12.1f}s "
+                f"{seconds[True] / seconds[False]:5.1f}x"
+            )
+        print(f"\nwhere the seconds go ({rows:,} valid rows, in process, no Prefect):")
+        for stage, seconds in stage_seconds(valid).items():
+            print(f"  {stage:42} {seconds:6.2f} s")
+
+
+def main(rows: int = 1_000_000, unique_solutions: bool = False, end_to_end: bool = True) -> None:
+    """Time the polars schema and the pandas one on the same ROWS rows, side by side; then (unless
+    --no-end-to-end) `toolgrpo validate` on them as a JSONL file."""
     frame = synthetic_rows(rows, unique_solutions)
     pandas_frame = frame.to_pandas()
     distinct = frame["solution"].n_unique()
@@ -229,6 +354,8 @@ def main(rows: int = 1_000_000, unique_solutions: bool = False) -> None:
     print(f"polars  {polars_s:6.2f} s  {rows / polars_s:12,.0f} rows/s")
     print(f"pandas  {pandas_s:6.2f} s  {rows / pandas_s:12,.0f} rows/s")
     print(f"polars is {pandas_s / polars_s:.1f}x faster")
+    if end_to_end:
+        time_cli(frame)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,8 @@ def leaked_eval_rows(
 ) -> list[Problem]:
     """One problem per row of `eval_files` whose scenario_id (else normalised prompt) is also in a
     row of `train_files`, naming the first such training row."""
+    if not train_files or not eval_files:
+        return []  # nothing to compare: skip keying every row
     is_train = pl.col("file").is_in(list(train_files))
     is_eval = pl.col("file").is_in(list(eval_files))
     problems: dict[tuple[str, int], Problem] = {}
@@ -154,6 +156,8 @@ def leaked_eval_rows(
 def shared_between_files(frame: pl.DataFrame, pairs: list[tuple[str, str]]) -> list[str]:
     """A warning for each pair of files sharing scenario_ids or normalised prompts: leakage if one
     file trains and the other evaluates, which the gate can only tell when given the roles."""
+    if not pairs:
+        return []  # nothing to compare: skip keying every row
     warnings = []
     for name, key in LEAKAGE_KEYS.items():
         keys = frame.select("file", key.alias("key")).group_by("file").agg(pl.col("key").unique())

@@ -2,12 +2,20 @@
 
 A line that cannot become a row (broken JSON, not an object, invalid UTF-8, a missing field, a
 wrong type) is reported as a `Problem` and counted, never dropped silently. Files are only read.
+
+Polars reads the rows natively (faster than pydantic line by line: `bench/validate.py`), but its
+readers coerce (`5` read as the string "5"), keep the first of two equal keys and raise on the
+whole file for one broken line. So natively read rows are only those whose text is plainly a row:
+a flat JSON object with each contract key once and of its JSON type (`_plain_row`), or a parquet
+row with typed, non-null columns. Every other line or row goes through pydantic, as before, so
+each problem message is the one the line-by-line reader gives.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +64,85 @@ _JSON_TYPE_NAMES = {
     bool: "a boolean",
     type(None): "null",
 }
+
+
+FRAME_SCHEMA = {"file": pl.String, "line": pl.Int64, **RECORD_SCHEMA}
+_STRING_FIELDS = [name for name, dtype in RECORD_SCHEMA.items() if dtype == pl.String]
+_REQUIRED = [name for name, spec in SampleRecord.model_fields.items() if spec.is_required()]
+_OPTIONAL = [name for name in RECORD_SCHEMA if name not in _REQUIRED]
+_REQUIRED_STRINGS = [name for name in _REQUIRED if name in _STRING_FIELDS]
+_REQUIRED_INTEGERS = [name for name in _REQUIRED if name not in _STRING_FIELDS]
+# Integer dtypes whose every value is an int64, as pydantic reads it.
+_INT64_DTYPES = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32)
+# `bytes.strip()` whitespace, as a regex class: a line of only these is blank (not a row). A line
+# never holds "\n".
+_BLANK = r" \t\r\x0b\x0c"
+
+# A flat JSON object whose values are strings, integers that fit int64, or null, and whose keys
+# have no escapes. Strings exclude surrogate escapes (pydantic rejects a lone one), raw control
+# characters and U+FFFD (what a byte that is not UTF-8 was read as). Other JSON (floats, booleans,
+# nesting) is valid but not plain: pydantic reads it.
+_WS = r"[ \t\r]*"
+_STRING = (
+    r'"(?:[^"\\\x00-\x1f\x{FFFD}]|\\["\\/bfnrt]'
+    r'|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))*"'
+)
+_KEY = r'"[^"\\\x00-\x1f]*"'
+_INTEGER = r"-?(?:0|[1-9][0-9]{0,17})"
+_MEMBER = f"{_KEY}{_WS}:{_WS}(?:{_STRING}|{_INTEGER}|null)"
+_FLAT_OBJECT = f"^{_WS}\\{{{_WS}{_MEMBER}{_WS}(?:,{_WS}{_MEMBER}{_WS})*\\}}{_WS}$"
+
+
+def _canonical_row() -> str:
+    """A regex for a row as writers usually write it: the contract's keys, in its order, each of
+    its JSON type (an optional one maybe missing or null), and nothing else. One pass of it
+    proves all that `_plain_row` checks."""
+    members = []
+    for position, (name, dtype) in enumerate(RECORD_SCHEMA.items()):
+        value = _STRING if dtype == pl.String else _INTEGER
+        separator = f"{_WS},{_WS}" if position else ""
+        if name in _OPTIONAL:
+            members.append(f'(?:{separator}"{re.escape(name)}"{_WS}:{_WS}(?:{value}|null))?')
+        else:
+            members.append(f'{separator}"{re.escape(name)}"{_WS}:{_WS}{value}')
+    return f"^{_WS}\\{{{_WS}{''.join(members)}{_WS}\\}}{_WS}$"
+
+
+_CANONICAL_ROW = _canonical_row()
+
+
+def _members(names: Sequence[str], value: str = "") -> str:
+    """A regex for a member whose key is one of `names` and whose value starts with `value`. In a
+    flat object with escape-free keys, each match is one such member: an unescaped `"` only
+    delimits strings, and a string followed by `:` is a key."""
+    return f'"(?:{"|".join(map(re.escape, names))})"{_WS}:{_WS}{value}'
+
+
+# A contract member of its JSON type; the value's first character tells, in a flat object.
+_TYPED_MEMBER = "|".join(
+    [
+        _members(_REQUIRED_STRINGS, '"'),
+        _members(_REQUIRED_INTEGERS, "-?[0-9]"),
+        _members(_OPTIONAL, '(?:"|null)'),
+    ]
+)
+
+
+def _plain_row(text: pl.Expr) -> pl.Expr:
+    """Whether each line is plainly a row, one polars reads as pydantic would: a flat object
+    (`_FLAT_OBJECT`) whose contract members all have their JSON type (strings; integers; a string
+    or null for an optional field), no optional one twice, and as many as there are required
+    fields plus optional ones. Required fields are also checked non-null once read: with that,
+    each appears exactly once."""
+    contract_members = text.str.count_matches(_members(RECORD_SCHEMA))
+    typed_members = text.str.count_matches(_TYPED_MEMBER)
+    optional_members = text.str.count_matches(_members(_OPTIONAL))
+    return (
+        text.str.contains(_FLAT_OBJECT)
+        & (contract_members == typed_members)
+        & (contract_members == len(_REQUIRED) + optional_members)
+        & (optional_members <= 1)
+    )
 
 
 @dataclass(frozen=True)
@@ -114,11 +201,18 @@ def _record_problems(file: str, line: int, error: ValidationError, row: Any) -> 
     return problems
 
 
-def _jsonl_lines(path: Path, file: str) -> Iterator[tuple[int, str | Problem]]:
-    """(line number, text) for each non-blank line; a Problem where the bytes are not UTF-8."""
+# A reader's rows: each one's line (or row) number, and its record or its problems.
+_Rows = Iterator[tuple[int, SampleRecord | list[Problem]]]
+
+
+def _jsonl_lines(
+    path: Path, file: str, only: Container[int] | None = None
+) -> Iterator[tuple[int, str | Problem]]:
+    """(line number, text) for each non-blank line (of the numbers in `only`, if given); a Problem
+    where the bytes are not UTF-8."""
     with path.open("rb") as lines:
         for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
+            if (only is not None and number not in only) or not raw.strip():
                 continue
             try:
                 # utf-8-sig: tolerate the byte-order mark some editors write
@@ -129,8 +223,9 @@ def _jsonl_lines(path: Path, file: str) -> Iterator[tuple[int, str | Problem]]:
                 yield number, Problem(file=file, line=number, check=VALID_UTF8, message=message)
 
 
-def _read_jsonl(path: Path, file: str) -> Iterator[tuple[int, SampleRecord | list[Problem]]]:
-    for number, text in _jsonl_lines(path, file):
+def _read_jsonl(path: Path, file: str, only: Container[int] | None = None) -> _Rows:
+    """Each non-blank line (of `only`, if given) as a record or its problems, line by line."""
+    for number, text in _jsonl_lines(path, file, only):
         if isinstance(text, Problem):
             yield number, [text]
             continue
@@ -140,37 +235,118 @@ def _read_jsonl(path: Path, file: str) -> Iterator[tuple[int, SampleRecord | lis
             yield number, _record_problems(file, number, error, _json_or_none(text))
 
 
-def _read_parquet(path: Path, file: str) -> Iterator[tuple[int, SampleRecord | list[Problem]]]:
-    for number, row in enumerate(pl.read_parquet(path).iter_rows(named=True), start=1):
+def _parquet_rows(rows: Iterator[tuple[int, dict[str, Any]]], file: str) -> _Rows:
+    for number, row in rows:
         try:
             yield number, SampleRecord.model_validate(row)
         except ValidationError as error:
             yield number, _record_problems(file, number, error, row)
 
 
-def _read_file(path: Path) -> tuple[list[dict[str, Any]], int, list[Problem]]:
-    """A file's readable records (with file and line), how many rows it had, and its problems."""
+def _read_parquet(path: Path, file: str) -> _Rows:
+    yield from _parquet_rows(enumerate(pl.read_parquet(path).iter_rows(named=True), start=1), file)
+
+
+def _frame(read: _Rows, file: str) -> tuple[pl.DataFrame, int, list[Problem]]:
+    """The records of `read` as a frame with file and line, how many rows it read, and the
+    problems of the others."""
+    records, problems, rows = [], [], 0
+    for number, record in read:
+        rows += 1
+        if isinstance(record, SampleRecord):
+            records.append({"file": file, "line": number, **record.model_dump()})
+        else:
+            problems.extend(record)
+    return pl.DataFrame(records, schema=FRAME_SCHEMA), rows, problems
+
+
+def _with_location(rows: pl.DataFrame, file: str) -> pl.DataFrame:
+    """`rows` (`line` and the contract's columns) in the loader's frame schema."""
+    return rows.select(pl.lit(file).alias("file"), "line", *RECORD_SCHEMA).cast(FRAME_SCHEMA)
+
+
+def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:
+    """The plain lines (`_plain_row`) read by polars, how many rows the file has, and
+    `_read_jsonl` for the others."""
+    data = path.read_bytes()  # Python's read, so an unreadable file fails as it always did
+    try:
+        lines = pl.read_lines(data, name="text")
+    except pl.exceptions.ComputeError:  # some byte is not UTF-8: its line is not plain
+        lines = pl.read_lines(data.decode("utf-8", "replace").encode(), name="text")
+    rows = lines.with_row_index("line", offset=1).filter(
+        ~pl.col("text").str.contains(f"^[{_BLANK}]*$")
+    )
+    canonical = rows.select(pl.col("text").str.contains(_CANONICAL_ROW)).to_series()
+    others = rows.filter(~canonical)  # polars checks these more slowly, pydantic reads the rest
+    plain = canonical | rows["line"].is_in(others.filter(_plain_row(pl.col("text")))["line"])
+    try:
+        decoded = rows.select(
+            "line",
+            pl.when(plain)
+            .then(pl.col("text"))
+            .str.json_decode(pl.Struct(RECORD_SCHEMA))
+            .alias("row"),
+        ).unnest("row")
+    except pl.exceptions.ComputeError:  # polars disagrees with the plain-row rule: trust pydantic
+        return pl.DataFrame(schema=FRAME_SCHEMA), rows.height, _read_jsonl(path, file)
+    native = plain & decoded.select(pl.all_horizontal(pl.col(_REQUIRED).is_not_null())).to_series()
+    by_pydantic = set(rows.filter(~native)["line"])
+    reader = _read_jsonl(path, file, by_pydantic) if by_pydantic else iter(())
+    return _with_location(decoded.filter(native), file), rows.height, reader
+
+
+def _read_parquet_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:
+    """The rows with a value in each required column, taken by polars when the columns have
+    the contract's types; how many rows the file has; and `_read_parquet`'s reading of the
+    others (all of them when a column has another type)."""
+    table = pl.read_parquet(path)
+    schema = table.schema
+    typed = all(
+        name in schema
+        and (schema[name] == pl.String if name in _STRING_FIELDS else schema[name] in _INT64_DTYPES)
+        for name in _REQUIRED
+    ) and all(schema.get(name, pl.Null) in (pl.String, pl.Null) for name in _OPTIONAL)
+    if not typed:
+        rows = enumerate(table.iter_rows(named=True), start=1)
+        return pl.DataFrame(schema=FRAME_SCHEMA), table.height, _parquet_rows(rows, file)
+    complete = table.select(pl.all_horizontal(pl.col(_REQUIRED).is_not_null())).to_series()
+    contract = table.select(
+        *[name for name in RECORD_SCHEMA if name in schema],
+        *[pl.lit(None, pl.String).alias(name) for name in _OPTIONAL if name not in schema],
+    )
+    native = contract.with_row_index("line", offset=1).filter(complete)
+    numbers = (~complete).arg_true() + 1
+    incomplete = zip(numbers, table.filter(~complete).iter_rows(named=True), strict=True)
+    return _with_location(native, file), table.height, _parquet_rows(incomplete, file)
+
+
+def _read_file(path: Path, line_by_line: bool) -> tuple[pl.DataFrame, int, list[Problem]]:
+    """A file's readable rows (with file and line), how many rows it had, and its problems."""
     file = str(path)
+    empty = pl.DataFrame(schema=FRAME_SCHEMA)
     if not path.exists():
-        return [], 0, [Problem(file=file, line=None, check=FILE_EXISTS, message="no such file")]
+        return empty, 0, [Problem(file=file, line=None, check=FILE_EXISTS, message="no such file")]
     if path.is_dir():
         message = "is a folder, not a JSONL or parquet file: pass the files in it"
-        return [], 0, [Problem(file=file, line=None, check=FILE_READABLE, message=message)]
-    reader = _read_parquet if path.suffix == ".parquet" else _read_jsonl
-    records, problems, rows = [], [], 0
+        return empty, 0, [Problem(file=file, line=None, check=FILE_READABLE, message=message)]
+    parquet = path.suffix == ".parquet"
     try:
-        for number, record in reader(path, file):
-            rows += 1
-            if isinstance(record, SampleRecord):
-                records.append({"file": file, "line": number, **record.model_dump()})
-            else:
-                problems.extend(record)
+        if line_by_line:
+            frame, rows, problems = _frame(
+                (_read_parquet if parquet else _read_jsonl)(path, file), file
+            )
+        else:
+            read_natively = _read_parquet_natively if parquet else _read_jsonl_natively
+            frame, rows, others = read_natively(path, file)
+            by_pydantic, _, problems = _frame(others, file)
+            if by_pydantic.height:
+                frame = pl.concat([frame, by_pydantic]).sort("line")
     except (OSError, pl.exceptions.PolarsError) as error:
         message = f"cannot read: {type(error).__name__}: {shown(error)}"
-        problems.append(Problem(file=file, line=None, check=FILE_READABLE, message=message))
+        return empty, 0, [Problem(file=file, line=None, check=FILE_READABLE, message=message)]
     if rows == 0 and not problems:
         problems.append(Problem(file=file, line=None, check=FILE_NOT_EMPTY, message="no rows"))
-    return records, rows, problems
+    return frame, rows, problems
 
 
 def read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], list[Problem]]:
@@ -281,20 +457,25 @@ def apply_overrides(
 
 
 def load_samples(
-    paths: Sequence[Path], overrides: Path | None = None, catalogue: Catalogue | None = None
+    paths: Sequence[Path],
+    overrides: Path | None = None,
+    catalogue: Catalogue | None = None,
+    *,
+    line_by_line: bool = False,
 ) -> LoadedSamples:
     """Every row of `paths` as one frame with `file` and `line`, plus what could not be read.
 
     `overrides` (JSONL of `LabelOverride`) relabels the rows with matching ids (their params
-    checked against `catalogue`, default the shipped one).
+    checked against `catalogue`, default the shipped one). `line_by_line` reads every row with
+    pydantic, as before the native readers (for tests and benchmarks that compare the two).
     """
-    records, file_rows, problems = [], {}, []
+    frames, file_rows, problems = [], {}, []
     for path in paths:
-        file_records, rows, file_problems = _read_file(Path(path))
-        records.extend(file_records)
+        frame, rows, file_problems = _read_file(Path(path), line_by_line)
+        frames.append(frame)
         file_rows[str(path)] = file_rows.get(str(path), 0) + rows
         problems.extend(file_problems)
-    frame = pl.DataFrame(records, schema={"file": pl.String, "line": pl.Int64, **RECORD_SCHEMA})
+    frame = pl.concat([pl.DataFrame(schema=FRAME_SCHEMA), *frames])
     applied, warnings = [], []
     if overrides is not None:
         by_id, file_problems = read_overrides(Path(overrides))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.validation import loader
 
 GOOD = json.dumps(SINGLE, ensure_ascii=False).encode()
 
@@ -227,3 +229,118 @@ class FrozenClock:
     @staticmethod
     def now() -> datetime:
         return datetime(2026, 1, 1, 12, 0, 0)
+
+
+# Lines polars reads natively: plain rows, however written.
+PLAIN_LINES = [
+    GOOD,
+    json.dumps({**SINGLE, "id": "spaced"}, separators=("\t, ", " :\t ")).encode(),
+    row_bytes(id="with-condition", condition="holds"),
+    row_bytes(id="null-condition", condition=None),
+    row_bytes(id="escapes", prompt='caf\u00e9 "quoted" \\ / \n tab\t \u0000'),
+    json.dumps({**SINGLE, "id": "ascii", "prompt": "转账 é"}).encode(),  # \u escapes
+    row_bytes(id="extra", note="ignored", count=-3, flag=None),
+    row_bytes(id="crlf") + b"\r",
+]
+# Lines that only pydantic reads as it always did: not JSON, not rows, or JSON polars would read
+# differently (coercing a type, keeping the first of two equal keys, decoding a surrogate).
+NOT_PLAIN_LINES = [
+    b"\xef\xbb\xbf" + GOOD,  # a byte-order mark: tolerated on line 1 only
+    row_bytes(id="extra-nested", more={"id": 5}, tags=[1, 2]),
+    row_bytes(id="extra-float", score=0.5),
+    b'{"id": "broken", "kind": ',
+    b'["id", "x"]',
+    b'"a row"',
+    b"null",
+    b"{}",
+    row_bytes(id="wrong-type", step="two"),
+    row_bytes(id="bool-int", n_steps=True),
+    row_bytes(id="float-int", step=1.0),
+    row_bytes(id="big-int", step=2**63 - 1),
+    row_bytes(id=5),
+    row_bytes(id="number-tool", tool=7),
+    row_bytes(id="object-prompt", prompt={"text": "hi"}),
+    row_bytes(id="null-prompt", prompt=None),
+    row_bytes(id="int-condition", condition=3),
+    row_bytes(id="bool-condition", condition=True),
+    json.dumps({k: v for k, v in SINGLE.items() if k != "tool"}).encode(),
+    json.dumps({k: v for k, v in SINGLE.items() if k != "id"}).encode()[:-1] + b', "kind": "x"}',
+    GOOD[:-1] + b', "tool": "withdraw"}',  # a duplicate key: pydantic keeps the last
+    GOOD[:-1] + b', "condition": "holds", "condition": null}',
+    GOOD.replace(b'"id"', b'"\\u0069d"', 1),  # keys with escapes
+    GOOD[:-1] + b', "x\\"id": "x"}',
+    row_bytes(id="lone-surrogate").replace(b"lone-surrogate", b"\\ud800"),
+    row_bytes(id="emoji").replace(b"emoji", b"\\ud83d\\ude00"),
+    b'{"id": "x\xff\xfe"}',
+    row_bytes(id="bad-utf8", prompt="ok").replace(b"ok", b"o\xffk"),
+    row_bytes(id="replacement-char", prompt="\ufffd"),
+    row_bytes(id="trailing") + b" x",
+    row_bytes(id="two-objects") + row_bytes(id="second-object"),
+    row_bytes(id="raw-tab", prompt="a\tb").replace(b"\\t", b"\t"),
+]
+BLANK_LINES = [b"", b"   ", b"\x0b\x0c\r"]
+
+
+def test_only_plain_lines_are_read_by_polars(tmp_path):
+    path = write_lines(tmp_path / "rows.jsonl", *NOT_PLAIN_LINES, *PLAIN_LINES)
+    native, rows, _ = loader._read_jsonl_natively(path, str(path))
+    assert native["line"].to_list() == list(range(len(NOT_PLAIN_LINES) + 1, rows + 1))
+
+
+def loaded_both_ways(paths: list[Path], overrides: Path | None = None) -> loader.LoadedSamples:
+    """What the native readers load from `paths`, after checking that the line-by-line reader
+    loads the same: the same frame, problems (in order), row counts, overrides and warnings."""
+    native, line_by_line = (
+        loader.load_samples(paths, overrides, line_by_line=slow) for slow in (False, True)
+    )
+    assert native.problems == line_by_line.problems
+    assert native.frame.equals(line_by_line.frame)
+    assert replace(native, frame=None) == replace(line_by_line, frame=None)
+    return native
+
+
+def test_native_reader_gives_the_line_by_line_rows_and_problems(tmp_path):
+    mixed = [*NOT_PLAIN_LINES, *PLAIN_LINES, *BLANK_LINES, *NOT_PLAIN_LINES[1:], *PLAIN_LINES]
+    loaded = loaded_both_ways([write_lines(tmp_path / "rows.jsonl", *mixed)])
+    assert loaded.frame.height > 2 * len(PLAIN_LINES) and len(loaded.problems) > 40
+
+
+def test_native_reader_reads_a_file_of_plain_rows_as_pydantic_does(tmp_path):
+    path = write_lines(tmp_path / "rows.jsonl", *(row_bytes(id=f"r{i}") for i in range(50)))
+    loaded = loaded_both_ways([path])
+    assert loaded.frame.height == 50 and loaded.problems == []
+
+
+def test_native_reader_keeps_overrides_and_file_order(tmp_path):
+    first = write_lines(tmp_path / "a.jsonl", GOOD, b"{", row_bytes(id="w", tool="withdraw"))
+    second = write_lines(tmp_path / "b.jsonl", row_bytes(id="b1"), row_bytes(id="b1"))
+    new_solution = solution("deposit", {"account": "ACC001", "amount": 50})
+    overrides = write_lines(
+        tmp_path / "o.jsonl", override(id="w", tool="deposit", solution=new_solution)
+    )
+    loaded = loaded_both_ways([first, second, first], overrides)
+    assert [o.row for o in loaded.overrides] == [f"{first}:3", f"{first}:3"]
+
+
+PARQUET_FRAMES = {
+    "typed columns, a null": pl.DataFrame(
+        [SINGLE, {**MULTI_STEP_2, "prompt": None}, {**SINGLE, "id": "s-2"}]
+    ),
+    "narrow integers, no condition, extra columns": pl.DataFrame(
+        [{**SINGLE, "line": 9, "file": "x"}, {**MULTI_STEP_2, "line": 10, "file": "y"}]
+    )
+    .drop("condition", strict=False)
+    .with_columns(pl.col("step", "n_steps").cast(pl.Int8)),
+    "a column of another type": pl.DataFrame([{**SINGLE, "step": "1"}]),
+    "a float column": pl.DataFrame([SINGLE]).with_columns(pl.col("step").cast(pl.Float64)),
+    "a missing column": pl.DataFrame([SINGLE]).drop("tool"),
+    "a condition column of integers": pl.DataFrame([{**SINGLE, "condition": 1}]),
+    "no rows": pl.DataFrame([SINGLE]).clear(),
+}
+
+
+@pytest.mark.parametrize("kind", PARQUET_FRAMES)
+def test_native_parquet_reader_gives_the_row_by_row_rows_and_problems(tmp_path, kind):
+    path = tmp_path / "rows.parquet"
+    PARQUET_FRAMES[kind].write_parquet(path)
+    loaded_both_ways([path])
