@@ -209,15 +209,17 @@ def evaluate(
     data: Annotated[list[Path], Parameter(consume_multiple=True, negative="")],
     out: Path = Path("runs"),
     overrides: Path | None = None,
-    max_new_tokens: int = 350,
-    batch_size: int = 32,
+    max_new_tokens: int | None = None,
+    batch_size: int | None = None,
     torch_threads: int = 2,
 ) -> int:
     """Evaluate the saved model MODEL on DATA files (JSONL or parquet) with greedy decoding.
 
     Writes predictions.parquet, metrics.json and metrics.md to a new folder under OUT and prints
-    the metrics. OVERRIDES: a label_overrides.jsonl to apply first. Exit 0: evaluated;
-    2: a data file or the model cannot be read, or the results cannot be written.
+    the metrics. OVERRIDES: a label_overrides.jsonl to apply first. MAX_NEW_TOKENS: default the
+    longest solution in DATA plus 25%; BATCH_SIZE: default 64 on the CPU, what fits on a GPU.
+    Exit 0: evaluated; 2: a data file or the model cannot be read, or the results cannot be
+    written.
     """
     from pydantic import ValidationError
 

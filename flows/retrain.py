@@ -181,7 +181,7 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     )
     train_rows = evaluation_rows(loaded.frame.filter(is_train), config.runtime.eval_max_rows)
     eval_rows = evaluation_rows(loaded.frame.filter(~is_train), config.runtime.eval_max_rows)
-    settings = EvalSettings(max_new_tokens=config.grpo.max_completion_length)
+    settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
     key = fingerprint([single_path, multi_path], config)
     wall["data gate"] = time.monotonic() - started
 
@@ -207,7 +207,12 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     )
     audit = (
         evaluate_model(
-            grpo.model_dir, train_rows, run_dir / "eval_train", settings, label="audit · train"
+            grpo.model_dir,
+            train_rows,
+            run_dir / "eval_train",
+            settings,
+            label="audit · train",
+            mode="score",  # mining reads the tool and its probabilities only
         )
         if params.audit_training_rows
         else None
