@@ -1,7 +1,7 @@
 """Time evaluation's decoding and the training audit, each lever side by side in one run.
 
     python bench/evaluate.py --model RUN/grpo/model [--rows 96] [--batch-sizes 16,32,64,128]
-                             [--threads 1] [--part decoding|audit|all]
+                             [--threads 1] [--part decoding|audit|all] [--audit-rows N]
 
 Decoding (`--rows` rows drawn from data/eval): one-at-a-time `generate`, the previous path
 (`generate` in left-padded batches of 32, `max_new_tokens` 350: a batch runs until its longest
@@ -41,6 +41,7 @@ from toolgrpo.evaluation.decoding import (
     tool_probabilities,
 )
 from toolgrpo.evaluation.predict import (
+    DECODED_CHECKS,
     SAMPLE_COLUMNS,
     EvalSettings,
     fitted_max_new_tokens,
@@ -185,21 +186,23 @@ def _scored_without_decoding(model_dir: Path, samples: pl.DataFrame) -> pl.DataF
     contexts = [chat_prompt(tokenizer, p) + action_slot_prefix("") for p in samples["prompt"]]
     probabilities = tool_probabilities(tokenizer, model, contexts, catalogue.names, batch_size=16)
     predicted = np.asarray(catalogue.names)[probabilities.argmax(axis=1)]
-    unmeasured = ["parsed_ok", "params_valid", "params_exact", "consistent"]
     return samples.select(
         *SAMPLE_COLUMNS,
         pl.col("tool").alias("label_tool"),
         predicted_tool=pl.Series(predicted, dtype=pl.String),
         completion=pl.lit(None, pl.String),
-        **{column: pl.lit(None, pl.Boolean) for column in unmeasured},
+        **{column: pl.lit(None, pl.Boolean) for column in DECODED_CHECKS},
         **dict(zip(probability_columns(catalogue), probabilities.T, strict=True)),
     )
 
 
-def bench_audit(model_dir: Path, threads: int) -> None:
+def bench_audit(model_dir: Path, threads: int, audit_rows: int | None) -> None:
     settings = EvalSettings(torch_threads=threads)
     train, held_out = _rows("train"), _rows("eval")
+    if audit_rows is not None:  # a quick look; mining then sees fewer neighbours
+        train = train.sample(min(audit_rows, train.height), seed=0)
     planted = set(json.loads((DATA_DIR / "planted_ambiguity.json").read_text())["ids"])
+    planted &= {*train["id"], *held_out["id"]}
     print(f"\n## Training audit: {train.height} rows; mining with {held_out.height} eval rows\n")
     eval_predictions = predict(model_dir, held_out, settings)
     audits = {
@@ -242,14 +245,16 @@ def main(
     batch_sizes: str = "16,32,64,128",
     threads: int = 1,
     part: str = "all",
+    audit_rows: int | None = None,
 ) -> None:
-    """Time decoding on eval rows and the training audit for the saved model MODEL."""
+    """Time decoding on eval rows and the training audit for the saved model MODEL (AUDIT_ROWS:
+    that many training rows instead of all)."""
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (times are loaded)")
     torch.set_num_threads(threads)
     if part in ("decoding", "all"):
         bench_decoding(model, rows, [int(b) for b in batch_sizes.split(",")], threads)
     if part in ("audit", "all"):
-        bench_audit(model, threads)
+        bench_audit(model, threads, audit_rows)
 
 
 if __name__ == "__main__":

@@ -44,10 +44,9 @@ MAX_NEW_TOKENS_MARGIN = 1.25
 PredictionMode = Literal["decode", "score"]
 _NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 SAMPLE_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "source", "prompt"]
-# What `completion_checks` says of a decoded answer (all null but the tool for a scored row).
-PREDICTION_CHECKS = {"predicted_tool": pl.String} | dict.fromkeys(
-    ["parsed_ok", "params_valid", "params_exact", "consistent"], pl.Boolean
-)
+# What only a whole decoded answer shows (`completion_checks`); null on a scored row.
+DECODED_CHECKS = ["parsed_ok", "params_valid", "params_exact", "consistent"]
+_CHECKS_SCHEMA = {"predicted_tool": pl.String} | dict.fromkeys(DECODED_CHECKS, pl.Boolean)
 
 
 class EvalSettings(BaseModel):
@@ -170,8 +169,7 @@ def _scored_checks(probabilities: np.ndarray, catalogue: Catalogue) -> list[dict
     """The checks of rows scored, not decoded: the most probable tool, and null (not measured)
     for everything only the whole answer shows."""
     names = np.asarray(catalogue.names)[probabilities.argmax(axis=1)]
-    unmeasured = dict.fromkeys(["parsed_ok", "params_valid", "params_exact", "consistent"])
-    return [{"predicted_tool": str(name), **unmeasured} for name in names]
+    return [{"predicted_tool": str(name), **dict.fromkeys(DECODED_CHECKS)} for name in names]
 
 
 def predict(
@@ -250,7 +248,7 @@ def predict(
                 pl.col("tool").alias("label_tool"),
                 pl.col("condition") if "condition" in samples.columns else _NO_CONDITION,
             ),
-            pl.DataFrame(checks, schema=PREDICTION_CHECKS),
+            pl.DataFrame(checks, schema=_CHECKS_SCHEMA),
             pl.DataFrame({"completion": completions}, schema={"completion": pl.String}),
             pl.DataFrame(probabilities, schema=probability_columns(catalogue), orient="row"),
         ],
