@@ -60,7 +60,7 @@ class EvalSettings(BaseModel):
     )
     device: Device = Field("auto", description="auto: where the model trained (its config)")
     batch_size: int | None = Field(
-        None, gt=0, description="prompts decoded together; None: 64 on the CPU, what fits a GPU"
+        None, gt=0, description="prompts decoded together; None: 32 on the CPU, what fits a GPU"
     )
     score_batch_size: int | None = Field(
         None, gt=0, description="rows whose tools are scored together; None: 16 / what fits"

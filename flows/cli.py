@@ -217,7 +217,7 @@ def evaluate(
 
     Writes predictions.parquet, metrics.json and metrics.md to a new folder under OUT and prints
     the metrics. OVERRIDES: a label_overrides.jsonl to apply first. MAX_NEW_TOKENS: default the
-    longest solution in DATA plus 25%; BATCH_SIZE: default 64 on the CPU, what fits on a GPU.
+    longest solution in DATA plus 25%; BATCH_SIZE: default 32 on the CPU, what fits on a GPU.
     Exit 0: evaluated; 2: a data file or the model cannot be read, or the results cannot be
     written.
     """
