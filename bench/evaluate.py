@@ -206,7 +206,7 @@ def bench_audit(model_dir: Path, threads: int, audit_rows: int | None) -> None:
     print(f"\n## Training audit: {train.height} rows; mining with {held_out.height} eval rows\n")
     eval_predictions = predict(model_dir, held_out, settings)
     audits = {
-        "decoded whole (previous)": _timed(lambda: predict(model_dir, train, settings)),
+        "decoded whole (mode decode)": _timed(lambda: predict(model_dir, train, settings)),
         "decoded to the tool slot, scored": _timed(
             lambda: predict(model_dir, train, settings, mode="score")
         ),
@@ -214,7 +214,7 @@ def bench_audit(model_dir: Path, threads: int, audit_rows: int | None) -> None:
             lambda: _scored_without_decoding(model_dir, train)
         ),
     }
-    reference, baseline = audits["decoded whole (previous)"]
+    reference, baseline = audits["decoded whole (mode decode)"]
     table = []
     for name, (audit, seconds) in audits.items():
         agree = (audit["predicted_tool"] == reference["predicted_tool"]).fill_null(False).mean()
