@@ -1,8 +1,9 @@
 """Decoding a saved model: batched greedy generation and per-tool probabilities.
 
-`generate_completions` writes the model's answers (`generate_with_vllm` the same with vLLM);
-`tool_probabilities` scores every catalogue tool at the answer's action slot from one forward
-pass per row (KV cache), for mining. Both run on the model's device (`evaluation.device`).
+`generate_completions` writes the model's answers (`generate_with_vllm` the same with vLLM),
+or only their thought up to the action slot; `tool_probabilities` scores every catalogue tool at
+the action slot from one forward pass per row (KV cache). Both run on the model's device
+(`evaluation.device`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import transformers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -31,6 +31,9 @@ from toolgrpo.training.chat import chat_prompt
 
 # Where the action slot starts in the model's own output: `"tool": "`.
 _TOOL_SLOT = re.compile(r'"tool"\s*:\s*"')
+# The slot is 9 characters: in byte-level BPE at most 9 tokens, plus spaces the pattern allows.
+_TOOL_SLOT_TOKENS = 16
+CANONICAL_TOOL_SLOT = '"tool": "'
 
 
 def load_model(
@@ -70,7 +73,104 @@ def _length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def _left_padded(
+    rows: list[list[int]], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`rows` left-padded to one width: input ids, attention mask, and position ids that start
+    at 0 on each row's first real token (so padding shifts nothing)."""
+    width = max(len(row) for row in rows)
+    input_ids = torch.tensor([[pad_token_id] * (width - len(r)) + r for r in rows], device=device)
+    attention_mask = torch.tensor(
+        [[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device
+    )
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return input_ids, attention_mask, position_ids
+
+
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> set[int]:
+    """The end tokens a completion stops at: the saved generation config's, else the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    eos = tokenizer.eos_token_id if eos is None else eos
+    return set(eos) if isinstance(eos, list) else {eos}
+
+
 @torch.inference_mode()
+def greedy_token_ids(
+    model: PreTrainedModel,
+    encoded: list[list[int]],
+    *,
+    pad_token_id: int,
+    eos_token_ids: set[int],
+    max_new_tokens: int,
+    batch_size: int,
+    stop: Callable[[list[int]], bool] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[list[int]]:
+    """Greedy continuations of `encoded` (token ids, end token left out), in batches of similar
+    prompt length; `on_batch` gets the number of rows decoded so far after each batch.
+
+    A row leaves its batch at its end token, when `stop(its tokens)` is true, or after
+    `max_new_tokens`: its cache rows are dropped, so a finished row costs nothing while the
+    others decode (`generate` keeps computing every row until the longest is done).
+    """
+    outputs: list[list[int]] = [[] for _ in encoded]
+    done = 0
+    for batch in _length_sorted_batches([len(ids) for ids in encoded], batch_size):
+        input_ids, attention_mask, position_ids = _left_padded(
+            [encoded[i] for i in batch], pad_token_id, model.device
+        )
+        step = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache, position = step.cache, position_ids[:, -1:]
+        alive = list(batch)  # the rows still decoding, in the cache's order
+        for _ in range(max_new_tokens):
+            tokens = step.logits[:, -1].argmax(-1)
+            keep = []
+            for slot, (row, token) in enumerate(zip(alive, tokens.tolist(), strict=True)):
+                if token in eos_token_ids:
+                    continue
+                outputs[row].append(token)
+                if len(outputs[row]) < max_new_tokens and not (stop and stop(outputs[row])):
+                    keep.append(slot)
+            if not keep:
+                break
+            if len(keep) < len(alive):
+                kept = torch.tensor(keep, device=model.device)
+                cache.batch_select_indices(kept)
+                alive = [alive[slot] for slot in keep]
+                tokens, position = tokens[kept], position[kept]
+                attention_mask = attention_mask[kept]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(alive), 1)], 1)
+            position = position + 1
+            step = model(
+                input_ids=tokens[:, None],
+                attention_mask=attention_mask,
+                position_ids=position,
+                cache=cache,
+                use_cache=True,
+            )
+        done += len(batch)
+        if on_batch is not None:
+            on_batch(done)
+    return outputs
+
+
+def ends_at_tool_slot(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], bool]:
+    """Whether a row's tokens so far end with the action slot `"tool": "` (looked for in the
+    last few tokens only: decoding stops at the first one)."""
+
+    def ends(token_ids: list[int]) -> bool:
+        tail = tokenizer.decode(token_ids[-_TOOL_SLOT_TOKENS:])
+        return _TOOL_SLOT.search(tail) is not None
+
+    return ends
+
+
 def generate_completions(
     tokenizer: PreTrainedTokenizerBase,
     model: PreTrainedModel,
@@ -79,37 +179,23 @@ def generate_completions(
     max_new_tokens: int,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
+    up_to_tool_slot: bool = False,
     catalogue: Catalogue | None = None,
 ) -> list[str]:
-    """Greedy completions for `prompts` (chat-templated here), decoded in left-padded batches;
-    `on_batch` gets the number of prompts decoded so far after each batch."""
-    encoded = encode_prompts(tokenizer, prompts, catalogue)
-    eos = model.generation_config.eos_token_id or tokenizer.eos_token_id
-    config = GenerationConfig(
-        do_sample=False,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=eos,
+    """Greedy completions for `prompts` (chat-templated here, with `catalogue`'s system prompt);
+    `up_to_tool_slot`: each stops once it has written `"tool": "` (the model's thought and the
+    action slot, what tool scoring continues from). `on_batch`: see `greedy_token_ids`."""
+    token_ids = greedy_token_ids(
+        model,
+        encode_prompts(tokenizer, prompts, catalogue),
         pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids=eos_token_ids(tokenizer, model),
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        stop=ends_at_tool_slot(tokenizer) if up_to_tool_slot else None,
+        on_batch=on_batch,
     )
-    completions = [""] * len(prompts)
-    done = 0
-    for batch in _length_sorted_batches([len(ids) for ids in encoded], batch_size):
-        inputs = tokenizer.pad(
-            {"input_ids": [encoded[i] for i in batch]},
-            padding=True,
-            padding_side="left",  # new tokens follow every prompt directly
-            return_tensors="pt",
-        ).to(model.device)
-        output = model.generate(**inputs, generation_config=config)
-        new_tokens = output[:, inputs["input_ids"].shape[1] :]
-        for index, text in zip(
-            batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
-        ):
-            completions[index] = text
-        done += len(batch)
-        if on_batch is not None:
-            on_batch(done)
-    return completions
+    return tokenizer.batch_decode(token_ids, skip_special_tokens=True)
 
 
 def generate_with_vllm(
@@ -120,11 +206,13 @@ def generate_with_vllm(
     max_new_tokens: int,
     dtype: torch.dtype,
     gpu_memory_utilization: float,
+    up_to_tool_slot: bool = False,
     catalogue: Catalogue | None = None,
 ) -> list[str]:
     """Greedy completions from vLLM for the same token ids `generate_completions` decodes; vLLM
-    stops at the saved generation config's eos. Its engine is shut down before returning, so the
-    next evaluation in the process gets the memory back."""
+    stops at the saved generation config's eos (`up_to_tool_slot`: also after the canonical
+    `"tool": "`). Its engine is shut down before returning, so the next evaluation in the process
+    gets the memory back."""
     from vllm import LLM, SamplingParams
 
     engine = LLM(
@@ -133,7 +221,10 @@ def generate_with_vllm(
         gpu_memory_utilization=gpu_memory_utilization,
         seed=0,
     )
-    sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+    stop = {"stop": [CANONICAL_TOOL_SLOT], "include_stop_str_in_output": True}
+    sampling = SamplingParams(
+        temperature=0.0, max_tokens=max_new_tokens, **(stop if up_to_tool_slot else {})
+    )
     requests = [{"prompt_token_ids": ids} for ids in encode_prompts(tokenizer, prompts, catalogue)]
     try:
         outputs = engine.generate(requests, sampling, use_tqdm=False)
@@ -191,14 +282,9 @@ def tool_probabilities(
     )
     log_probs = np.zeros((len(contexts), n_tools))
     for batch in _length_sorted_batches([len(ids) for ids in context_ids], batch_size):
-        width = max(len(context_ids[i]) for i in batch)
-        padding = [width - len(context_ids[i]) for i in batch]
-        input_ids = torch.tensor(
-            [[pad] * n + context_ids[i] for i, n in zip(batch, padding, strict=True)],
-            device=device,
+        input_ids, attention_mask, position_ids = _left_padded(
+            [context_ids[i] for i in batch], pad, device
         )
-        attention_mask = torch.tensor([[0] * n + [1] * (width - n) for n in padding], device=device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         context = model(
             input_ids=input_ids,
             attention_mask=attention_mask,

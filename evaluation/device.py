@@ -20,7 +20,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, Device, TrainConfig, read_config
 
-# (decoding, scoring) batch sizes on the CPU: those the cpu preset's evaluation was timed with.
+# (decoding, scoring) batch sizes on the CPU: the fastest in `bench/evaluate.py` on 2 cores.
 CPU_BATCH_SIZES = (32, 16)
 # On a GPU the batch is what fits: the KV cache of a batch takes at most this share of the free
 # memory (the rest is for activations and the allocator), up to these many rows.

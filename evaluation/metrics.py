@@ -85,6 +85,11 @@ class EvalMetrics(BaseModel):
     """Everything evaluation reports; written as metrics.json."""
 
     n_rows: int
+    answers_decoded: bool = Field(
+        True,
+        description="false: rows scored up to the tool slot (the audit); the predicted tool is "
+        "the most probable one and the JSON, params and consistency rates are not measured",
+    )
     accuracy: Headline
     slices: list[SliceMetrics]
     confusion: Confusion
@@ -164,6 +169,7 @@ def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = Non
     ]
     return EvalMetrics(
         n_rows=frame.height,
+        answers_decoded=frame.height == 0 or frame["parsed_ok"].is_not_null().any(),
         accuracy=headline,
         slices=slices,
         confusion=confusion_matrix(frame, catalogue),

@@ -1,15 +1,19 @@
 """Predictions of a saved model on sample rows: its answers, their checks, per-tool probabilities.
 
 `predict` turns a model directory and sample rows into the predictions frame
-(`schemas.predictions.Predictions`) that metrics and mining read.
+(`schemas.predictions.Predictions`) that metrics and mining read. It decodes each answer whole
+(`decode`: what the JSON and params checks need), or only up to its tool slot and then scores
+the tools (`score`: mining's training audit, which reads the tool and its probabilities only).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import polars as pl
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,15 +38,26 @@ from toolgrpo.training.rewards import thought_action_consistent
 
 # The machine has 2 cores shared by everyone; evaluation on the CPU never takes more.
 MAX_TORCH_THREADS = 2
+# Room left above the longest labelled solution: a longer answer is a runaway, not a format.
+MAX_NEW_TOKENS_MARGIN = 1.25
+# decode: each answer whole, checked; score: the answer up to its tool slot, then tools scored.
+PredictionMode = Literal["decode", "score"]
 _NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 SAMPLE_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "source", "prompt"]
+# What only a whole decoded answer shows (`completion_checks`); null on a scored row.
+DECODED_CHECKS = ["parsed_ok", "params_valid", "params_exact", "consistent"]
+_CHECKS_SCHEMA = {"predicted_tool": pl.String} | dict.fromkeys(DECODED_CHECKS, pl.Boolean)
 
 
 class EvalSettings(BaseModel):
     """How completions are decoded and tools scored, and where (`evaluation.device`)."""
 
     model_config = ConfigDict(frozen=True)
-    max_new_tokens: int = Field(350, gt=0)  # case study: max_completion_length 350
+    max_new_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="None: the rows' longest solution in tokens plus 25% (`fitted_max_new_tokens`)",
+    )
     device: Device = Field("auto", description="auto: where the model trained (its config)")
     batch_size: int | None = Field(
         None, gt=0, description="prompts decoded together; None: 32 on the CPU, what fits a GPU"
@@ -106,39 +121,58 @@ def completion_checks(completion: str, solution: str, catalogue: Catalogue) -> d
     }
 
 
+def fitted_max_new_tokens(tokenizer: PreTrainedTokenizerBase, solutions: list[str]) -> int:
+    """Tokens a completion may take: the longest of `solutions` (with its end token) plus
+    `MAX_NEW_TOKENS_MARGIN`. A longer answer is a runaway that held its whole batch up to the
+    limit (`max_completion_length` 350, where answers average ~65 tokens)."""
+    lengths = [len(ids) + 1 for ids in tokenizer(solutions, add_special_tokens=False)["input_ids"]]
+    return math.ceil(MAX_NEW_TOKENS_MARGIN * max(lengths, default=1))
+
+
 def decode(
     model_dir: Path,
     tokenizer: PreTrainedTokenizerBase,
     model: PreTrainedModel,
     prompts: list[str],
     device: EvalDevice,
-    settings: EvalSettings,
+    *,
+    max_new_tokens: int,
     batch_size: int,
+    up_to_tool_slot: bool = False,
     on_batch: Callable[[int], None] | None = None,
     catalogue: Catalogue | None = None,
 ) -> list[str]:
-    """Greedy completions with vLLM where `device` says so, else with `generate` (`on_batch`:
-    see `generate_completions`)."""
+    """Greedy completions with vLLM where `device` says so, else with our batched loop
+    (`up_to_tool_slot`, `on_batch`: see `generate_completions`)."""
     if device.vllm:
         grpo = read_config(Path(model_dir) / CONFIG_FILENAME).grpo
         return generate_with_vllm(
             model_dir,
             tokenizer,
             prompts,
-            max_new_tokens=settings.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             dtype=device.dtype,
             gpu_memory_utilization=grpo.vllm_gpu_memory_utilization,
+            up_to_tool_slot=up_to_tool_slot,
             catalogue=catalogue,
         )
     return generate_completions(
         tokenizer,
         model,
         prompts,
-        max_new_tokens=settings.max_new_tokens,
+        max_new_tokens=max_new_tokens,
         batch_size=batch_size,
         on_batch=on_batch,
+        up_to_tool_slot=up_to_tool_slot,
         catalogue=catalogue,
     )
+
+
+def _scored_checks(probabilities: np.ndarray, catalogue: Catalogue) -> list[dict[str, Any]]:
+    """The checks of rows scored, not decoded: the most probable tool, and null (not measured)
+    for everything only the whole answer shows."""
+    names = np.asarray(catalogue.names)[probabilities.argmax(axis=1)]
+    return [{"predicted_tool": str(name), **dict.fromkeys(DECODED_CHECKS)} for name in names]
 
 
 def predict(
@@ -148,13 +182,16 @@ def predict(
     catalogue: Catalogue | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     device: EvalDevice | None = None,
+    mode: PredictionMode = "decode",
 ) -> pl.DataFrame:
     """The predictions frame of the model in `model_dir` on `samples` (validated), evaluated on
     `device` (default: `eval_device` of the model and `settings.device`).
 
     `samples` has the data contract's columns plus `source` (see `sample_source`) or the
     loader's `file` column, from which `source` is derived. `on_progress(done, total)` follows
-    the decoding, the bulk of the time.
+    the decoding, the bulk of the time. `mode` `score` decodes each answer only up to its tool
+    slot: the predicted tool is then the most probable one, and the completion and the checks
+    only the whole answer gives (JSON, params, consistency) are null, not measured.
     """
     catalogue = catalogue or default_catalogue()
     if "source" not in samples.columns and "file" in samples.columns:
@@ -167,29 +204,45 @@ def predict(
     if device.device == "cpu":
         torch.set_num_threads(settings.torch_threads)
     tokenizer, model = load_model(model_dir, device)
-    prompts = samples["prompt"].to_list()
+    prompts, solutions = samples["prompt"].to_list(), samples["solution"].to_list()
+    max_new_tokens = settings.max_new_tokens or fitted_max_new_tokens(tokenizer, solutions)
     fitted = CPU_BATCH_SIZES
     if device.device == "cuda":
         longest_prompt = max(map(len, encode_prompts(tokenizer, prompts, catalogue)), default=0)
-        tokens_per_row = longest_prompt + settings.max_new_tokens
+        tokens_per_row = longest_prompt + max_new_tokens
         fitted = cuda_batch_sizes(model.config, device.dtype, tokens_per_row, len(catalogue.names))
-    batch_size = settings.batch_size or fitted[0]
-    score_batch_size = settings.score_batch_size or fitted[1]
     on_batch = None if on_progress is None else lambda done: on_progress(done, len(prompts))
     completions = decode(
-        model_dir, tokenizer, model, prompts, device, settings, batch_size, on_batch, catalogue
+        model_dir,
+        tokenizer,
+        model,
+        prompts,
+        device,
+        max_new_tokens=max_new_tokens,
+        batch_size=settings.batch_size or fitted[0],
+        up_to_tool_slot=mode == "score",
+        on_batch=on_batch,
+        catalogue=catalogue,
     )
     contexts = [
         chat_prompt(tokenizer, prompt, catalogue) + action_slot_prefix(completion)
         for prompt, completion in zip(prompts, completions, strict=True)
     ]
     probabilities = tool_probabilities(
-        tokenizer, model, contexts, catalogue.names, batch_size=score_batch_size
+        tokenizer,
+        model,
+        contexts,
+        catalogue.names,
+        batch_size=settings.score_batch_size or fitted[1],
     )
-    checks = [
-        completion_checks(completion, solution, catalogue)
-        for completion, solution in zip(completions, samples["solution"], strict=True)
-    ]
+    if mode == "score":
+        checks = _scored_checks(probabilities, catalogue)
+        completions = [None] * len(prompts)
+    else:
+        checks = [
+            completion_checks(completion, solution, catalogue)
+            for completion, solution in zip(completions, solutions, strict=True)
+        ]
     frame = pl.concat(
         [
             samples.select(
@@ -199,7 +252,7 @@ def predict(
                 pl.col("tool").alias("label_tool"),
                 pl.col("condition") if "condition" in samples.columns else _NO_CONDITION,
             ),
-            pl.DataFrame(checks, schema_overrides={"predicted_tool": pl.String}),
+            pl.DataFrame(checks, schema=_CHECKS_SCHEMA),
             pl.DataFrame({"completion": completions}, schema={"completion": pl.String}),
             pl.DataFrame(probabilities, schema=probability_columns(catalogue), orient="row"),
         ],

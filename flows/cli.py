@@ -237,8 +237,8 @@ def evaluate(
     data: Annotated[list[Path], Parameter(consume_multiple=True, negative="")],
     out: Path = Path("runs"),
     overrides: Path | None = None,
-    max_new_tokens: int = 350,
-    batch_size: int = 32,
+    max_new_tokens: int | None = None,
+    batch_size: int | None = None,
     torch_threads: int = 2,
     catalogue: Path | None = None,
 ) -> int:
@@ -247,8 +247,9 @@ def evaluate(
     Writes predictions.parquet, metrics.json and metrics.md to a new folder under OUT and prints
     the metrics. OVERRIDES: a label_overrides.jsonl to apply first. CATALOGUE: the tool
     catalogue (JSON) the model was trained with (default: data/tools.json; a run folder keeps
-    its catalogue.json). Exit 0: evaluated; 2: a data file, the catalogue or the model cannot
-    be read, or the results cannot be written.
+    its catalogue.json). MAX_NEW_TOKENS: default the longest solution in DATA plus 25%;
+    BATCH_SIZE: default 32 on the CPU, what fits on a GPU. Exit 0: evaluated; 2: a data file,
+    the catalogue or the model cannot be read, or the results cannot be written.
     """
     from pydantic import ValidationError
 

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from toolgrpo import training
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
-from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
+from toolgrpo.evaluation.predict import EvalSettings, PredictionMode, evaluation_rows
 from toolgrpo.reporting.files import replace_file
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.reporting.run_report import before_after_rows
@@ -220,7 +220,7 @@ def retrain(
     )
     train_rows = evaluation_rows(loaded.frame.filter(is_train), train_config.runtime.eval_max_rows)
     eval_rows = evaluation_rows(loaded.frame.filter(~is_train), train_config.runtime.eval_max_rows)
-    settings = EvalSettings(max_new_tokens=train_config.grpo.max_completion_length)
+    settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
     key = fingerprint([single_path, multi_path], train_config)
     wall["data gate"] = time.monotonic() - started
 
@@ -237,13 +237,16 @@ def retrain(
 
     started = time.monotonic()
 
-    def evaluate(model_dir: Path, rows: pl.DataFrame, name: str, label: str) -> EvalReport:
-        return evaluate_model(model_dir, rows, run_dir / name, settings, label, tools)
+    def evaluate(
+        model_dir: Path, rows: pl.DataFrame, name: str, label: str, mode: PredictionMode = "decode"
+    ) -> EvalReport:
+        return evaluate_model(model_dir, rows, run_dir / name, settings, label, tools, mode)
 
     before = evaluate(sft.model_dir, eval_rows, "eval_sft", "evaluate sft · eval")
     after = evaluate(grpo.model_dir, eval_rows, "eval_grpo", "evaluate grpo · eval")
     audit = (
-        evaluate(grpo.model_dir, train_rows, "eval_train", "audit · train")
+        # mining reads the tool and its probabilities only: scored, not decoded whole
+        evaluate(grpo.model_dir, train_rows, "eval_train", "audit · train", mode="score")
         if audit_training_rows
         else None
     )

@@ -116,11 +116,17 @@ def _row_evidence(
         shown = ", ".join(f"{i} ({t})" for i, t in others[:NEIGHBOURS_SHOWN])
         more = f" +{len(others) - NEIGHBOURS_SHOWN} more" if len(others) > NEIGHBOURS_SHOWN else ""
         parts.append(f"near-identical requests labelled otherwise: {shown}{more}")
-    if not row["parsed_ok"]:
+    if row["parsed_ok"] is False:
         parts.append("output is not one JSON object of the format")
-    elif not row["params_valid"]:
+    elif row["params_valid"] is False:
         parts.append(f"params rejected by {row['predicted_tool']}'s schema")
     return "; ".join(parts)
+
+
+def _format_broken(row: dict[str, Any]) -> bool:
+    """The decoded answer breaks the format or its params; never for a row scored without
+    decoding (null checks: not measured)."""
+    return row["parsed_ok"] is False or row["params_valid"] is False
 
 
 def _favours(hits: dict[str, list[str]], tool: str, other: str) -> bool:
@@ -167,7 +173,7 @@ def _categorise(
     for alternative, _ in neighbour_tools.most_common():
         if row["kind"] != "single" or not _favours(hits, label, alternative):
             return Category.LABEL_CONFLICT, alternative
-    if not (row["parsed_ok"] and row["params_valid"]):
+    if _format_broken(row):
         return Category.FORMAT_ERROR, valid_prediction if valid_prediction != label else None
     if predicted != label:
         return Category.MODEL_ERROR, valid_prediction

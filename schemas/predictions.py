@@ -1,6 +1,6 @@
 """The predictions frame: one row per evaluated sample, what the model said and how it scored.
 
-Evaluation writes it (`tasks.evaluate.predict`), metrics and error mining read it. Per-tool
+Evaluation writes it (`evaluation.predict`), metrics and error mining read it. Per-tool
 probabilities are one float column per catalogue tool, `p_<tool>`, normalised over the catalogue
 at the action slot; `probability_columns(catalogue)` names them in catalogue order.
 """
@@ -40,11 +40,20 @@ class Predictions(pa.DataFrameModel):
         nullable=True, isin=list(CONDITIONS), description="the sample's branch, when it has one"
     )
     predicted_tool: str = pa.Field(nullable=True, description="null when the output has no tool")
-    completion: str
-    parsed_ok: bool = pa.Field(description="the completion is one object of the output format")
-    params_valid: bool = pa.Field(description="params satisfy the predicted tool's schema")
-    params_exact: bool = pa.Field(description="right tool and params equal to the label's")
-    consistent: bool = pa.Field(description="the thought announces the tool the action calls")
+    # Null on a row scored, not decoded (the training audit): only the whole answer shows these.
+    completion: str = pa.Field(nullable=True)
+    parsed_ok: bool = pa.Field(
+        nullable=True, description="the completion is one object of the output format"
+    )
+    params_valid: bool = pa.Field(
+        nullable=True, description="params satisfy the predicted tool's schema"
+    )
+    params_exact: bool = pa.Field(
+        nullable=True, description="right tool and params equal to the label's"
+    )
+    consistent: bool = pa.Field(
+        nullable=True, description="the thought announces the tool the action calls"
+    )
     tool_probabilities: float = pa.Field(alias="p_.+", regex=True, ge=0.0, le=1.0)
 
     class Config(BaseConfig):

@@ -60,7 +60,7 @@ def cross_fitted_audit(
     logger = get_run_logger()
     files = {path.name: pl.read_ndjson(path) for path in training_files}
     scenarios = pl.concat([frame.select("scenario_id", "kind") for frame in files.values()])
-    settings = EvalSettings(max_new_tokens=config.grpo.max_completion_length)
+    settings = EvalSettings()  # decoded up to the rows' longest solution + 25%
     catalogue = config.data.tool_catalogue()
     predictions = []
     for index, held_out in enumerate(scenario_folds(scenarios.iter_rows(), folds, config.seed)):
@@ -76,8 +76,8 @@ def cross_fitted_audit(
         digest = hashlib.sha256(f"{key}|{fold.weights_key()}|{sorted(held_out)}".encode())
         stage = _fold_stage(fold_dir, fold, digest.hexdigest(), timeout_s)
         scored = rows.filter(pl.col("scenario_id").is_in(sorted(held_out)))
-        report = evaluate_and_write(
-            stage.model_dir, scored, fold_dir / "eval", settings, catalogue=catalogue
+        report = evaluate_and_write(  # mining reads the tool and its probabilities: scored
+            stage.model_dir, scored, fold_dir / "eval", settings, catalogue=catalogue, mode="score"
         )
         logger.info(
             "fold %d/%d: trained on %d rows, scored %d held-out rows, tool accuracy %s",

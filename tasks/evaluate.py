@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from toolgrpo.evaluation.device import eval_device
 from toolgrpo.evaluation.metrics import EvalMetrics, compute_metrics
-from toolgrpo.evaluation.predict import DEFAULT_SETTINGS, EvalSettings, predict
+from toolgrpo.evaluation.predict import DEFAULT_SETTINGS, EvalSettings, PredictionMode, predict
 from toolgrpo.reporting.evaluation import metrics_markdown, metrics_tables
 from toolgrpo.reporting.files import replace_file, write_text_file
 from toolgrpo.reporting.markdown import markdown_table
@@ -41,13 +41,21 @@ class EvalReport(BaseModel):
     metrics: EvalMetrics
 
 
+# What metrics.md says first when the answers were not decoded (`predict` mode `score`).
+SCORED_NOTE = (
+    "Scored, not decoded: each answer was decoded up to its tool slot only; the predicted tool is "
+    "the most probable catalogue tool there, and JSON, params and consistency are not measured (–)."
+)
+
+
 def write_evaluation(
     predictions: pl.DataFrame, metrics: EvalMetrics, model_dir: Path, out_dir: Path
 ) -> EvalReport:
     """predictions.parquet, metrics.json and metrics.md in `out_dir`."""
     predictions_path = replace_file(out_dir / "predictions.parquet", predictions.write_parquet)
     metrics_path = write_text_file(out_dir / "metrics.json", metrics.model_dump_json(indent=2))
-    write_text_file(out_dir / "metrics.md", metrics_markdown(metrics) + "\n")
+    note = "" if metrics.answers_decoded else SCORED_NOTE + "\n\n"
+    write_text_file(out_dir / "metrics.md", note + metrics_markdown(metrics) + "\n")
     return EvalReport(
         model_dir=model_dir,
         predictions_path=predictions_path,
@@ -63,13 +71,16 @@ def evaluate_and_write(
     settings: EvalSettings,
     on_progress: Callable[[int, int], None] | None = None,
     catalogue: Catalogue | None = None,
+    mode: PredictionMode = "decode",
 ) -> EvalReport:
     """Predict on `samples` on the model's device (`evaluation.device`) with the tools of
-    `catalogue` (default: the shipped ones), compute the metrics, write both to `out_dir`."""
+    `catalogue` (default: the shipped ones), compute the metrics, write both to `out_dir`.
+    `mode` `score`: tools scored, answers not decoded whole (what mining's training audit
+    needs; see `predict`)."""
     device = eval_device(model_dir, settings.device)
-    print(f"evaluating {model_dir} into {out_dir}: {device.describe()}")
+    print(f"evaluating ({mode}) {model_dir} into {out_dir}: {device.describe()}")
     predictions = predict(
-        model_dir, samples, settings, catalogue, device=device, on_progress=on_progress
+        model_dir, samples, settings, catalogue, device=device, on_progress=on_progress, mode=mode
     )
     metrics = compute_metrics(predictions, catalogue)
     return write_evaluation(predictions, metrics, Path(model_dir), out_dir)
@@ -105,11 +116,12 @@ def evaluate_model(
     settings: EvalSettings = DEFAULT_SETTINGS,
     label: str = "evaluate",
     catalogue: Catalogue | None = None,
+    mode: PredictionMode = "decode",
 ) -> EvalReport:
     """`evaluate_and_write` as a Prefect task named `label` (e.g. `evaluate sft · eval`), with its
     progress in the log and a progress artifact, and its accuracy table in the log."""
     progress = _progress_reporter(label)
-    report = evaluate_and_write(model_dir, samples, out_dir, settings, progress, catalogue)
+    report = evaluate_and_write(model_dir, samples, out_dir, settings, progress, catalogue, mode)
     accuracy = markdown_table(metrics_tables(report.metrics)["accuracy"])
     get_run_logger().info("%s: tool accuracy (n: rows evaluated)\n%s", label, accuracy)
     return report

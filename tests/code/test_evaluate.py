@@ -14,16 +14,29 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter
 from prefect.logging.handlers import APILogHandler
+from transformers import GenerationConfig
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.decoding import (
     EvaluationError,
     action_slot_prefix,
+    encode_prompts,
+    ends_at_tool_slot,
+    greedy_token_ids,
     load_model,
     tool_probabilities,
 )
-from toolgrpo.evaluation.predict import EvalSettings, completion_checks, predict, sample_source
+from toolgrpo.evaluation.metrics import compute_metrics
+from toolgrpo.evaluation.predict import (
+    EvalSettings,
+    completion_checks,
+    fitted_max_new_tokens,
+    predict,
+    sample_source,
+)
 from toolgrpo.flows import cli
+from toolgrpo.mining.categorise import Category
+from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
 from toolgrpo.tasks.evaluate import evaluate_model
 from toolgrpo.training.model import build_tiny
@@ -180,6 +193,138 @@ def test_tool_probabilities_equal_a_plain_forward_pass_over_each_candidate(rando
         reference / reference.sum(),
         atol=1e-5,
     )
+
+
+def _generate_one_at_a_time(model, encoded, eos, max_new_tokens):
+    """What `generate` writes for each prompt alone, up to (not with) its end token."""
+    config = GenerationConfig(
+        do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=0
+    )
+    outputs = []
+    for ids in encoded:
+        new = model.generate(input_ids=torch.tensor([ids]), generation_config=config)[0, len(ids) :]
+        tokens = new.tolist()
+        outputs.append(tokens[: tokens.index(eos)] if eos in tokens else tokens)
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def lively_model(random_model_dir):
+    """The random tiny model with large weights (seeded): its greedy answers differ by prompt,
+    where the small initial weights write one token forever."""
+    tokenizer, model = load_model(random_model_dir)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
+    encoded = encode_prompts(tokenizer, _shipped_rows(3)["prompt"].to_list())
+    return model, encoded
+
+
+def _varied_end_token(model, encoded) -> int:
+    """The written token that, taken as the end token, ends the answers at the most different
+    steps: finished rows then leave batches that go on decoding."""
+    answers = greedy_token_ids(
+        model, encoded, pad_token_id=0, eos_token_ids=set(), max_new_tokens=12, batch_size=4
+    )
+
+    def ends(token: int) -> int:
+        return len({a.index(token) if token in a else len(a) for a in answers})
+
+    return max(sorted({t for a in answers for t in a}), key=ends)
+
+
+def test_batched_decoding_writes_what_generate_writes_one_prompt_at_a_time(lively_model):
+    model, encoded = lively_model
+    eos = _varied_end_token(model, encoded)
+
+    batched = greedy_token_ids(
+        model, encoded, pad_token_id=0, eos_token_ids={eos}, max_new_tokens=12, batch_size=4
+    )
+
+    assert batched == _generate_one_at_a_time(model, encoded, eos, 12)
+    assert len({len(tokens) for tokens in batched}) > 2  # rows did end at different steps
+
+
+def test_a_finished_row_costs_no_more_forward_passes(lively_model):
+    model, encoded = lively_model
+    eos, most = _varied_end_token(model, encoded), 12
+    rows_per_forward: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]),
+        with_kwargs=True,
+    )
+    try:
+        outputs = greedy_token_ids(
+            model,
+            encoded,
+            pad_token_id=0,
+            eos_token_ids={eos},
+            max_new_tokens=most,
+            batch_size=len(encoded),
+        )
+    finally:
+        hook.remove()
+
+    # After the prefill, a row is computed once per token it still needs: each written token
+    # but the first (the prefill's), plus its end token when it has one.
+    needed = sum(len(tokens) if len(tokens) < most else most - 1 for tokens in outputs)
+    assert sum(rows_per_forward[1:]) == needed
+    assert rows_per_forward[-1] < rows_per_forward[0]
+
+
+def test_the_tool_slot_stop_rule_fires_at_the_first_token_past_the_slot(random_model_dir):
+    tokenizer, _ = load_model(random_model_dir)
+    ends = ends_at_tool_slot(tokenizer)
+    answer = '{"thought": "先查余额", "action": {"tool": "withdraw", "params": {}}}'
+    ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+
+    first = next(n for n in range(1, len(ids) + 1) if ends(ids[:n]))
+
+    assert '"tool": "' in tokenizer.decode(ids[:first])
+    assert '"tool": "' not in tokenizer.decode(ids[: first - 1])
+
+
+def test_max_new_tokens_fits_the_longest_solution_plus_a_quarter(random_model_dir):
+    tokenizer, _ = load_model(random_model_dir)
+    solutions = [SOLUTION, SOLUTION.replace("查余额", "先查余额，再转账，然后告诉用户")]
+    longest = len(tokenizer(solutions[1], add_special_tokens=False)["input_ids"]) + 1
+
+    assert fitted_max_new_tokens(tokenizer, solutions) == -(-5 * longest // 4)
+
+
+def test_scored_rows_have_the_most_probable_tool_and_no_format_checks(random_model_dir):
+    samples = _shipped_rows(3)
+    decoded = predict(random_model_dir, samples, QUICK)
+
+    scored = predict(random_model_dir, samples, QUICK, mode="score")
+
+    probabilities = scored.select(probability_columns(CATALOGUE)).to_numpy()
+    assert scored["predicted_tool"].to_list() == [
+        CATALOGUE.names[i] for i in probabilities.argmax(axis=1)
+    ]
+    # The random model never writes a tool slot: both modes score from the same contexts.
+    np.testing.assert_allclose(
+        probabilities, decoded.select(probability_columns(CATALOGUE)).to_numpy(), atol=1e-6
+    )
+    unmeasured = ["completion", "parsed_ok", "params_valid", "params_exact", "consistent"]
+    assert all(scored[column].null_count() == scored.height for column in unmeasured)
+    metrics = compute_metrics(scored)
+    assert not metrics.answers_decoded and compute_metrics(decoded).answers_decoded
+    overall = next(s for s in metrics.slices if s.slice == "overall")
+    assert (overall.json_valid, overall.params_valid, overall.consistent) == (None, None, None)
+
+
+def test_mining_never_calls_a_scored_row_a_format_error(random_model_dir):
+    samples = _shipped_rows(3)
+    decoded = predict(random_model_dir, samples, QUICK)
+    scored = predict(random_model_dir, samples, QUICK, mode="score")
+    assert not decoded["parsed_ok"].any()  # garbage output: format errors when decoded
+
+    report = mine_errors(decoded.head(0), scored)
+
+    assert Category.FORMAT_ERROR.value not in report.counts.get("train", {})
+    assert all("JSON" not in finding.evidence for finding in report.findings)
 
 
 def test_random_model_output_is_evaluated_without_crashing(random_model_dir):
