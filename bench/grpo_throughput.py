@@ -4,14 +4,17 @@ Every arm is the pipeline's own GRPO stage (`python -m toolgrpo.training grpo`: 
 `GRPOTrainer` through `NGRPOTrainer`, TRL's loss) from the same SFT model with the same seed,
 the `cpu` preset with one lever changed or several combined:
 
-- more prompts per generation (`grpo.steps_per_generation`: one generation batch of
-  `prompts_per_step × steps_per_generation` prompts feeds that many optimiser steps; the
-  prompts per step, and so the prompts seen per step, stay the same);
+- more prompts per generation, two ways: `grpo.steps_per_generation` (one generation batch of
+  `prompts_per_step × steps_per_generation` prompts feeds that many optimiser steps, the
+  prompts per step stay the same; TRL then runs one more forward pass over the batch for the
+  old policy's log-probabilities), or more `grpo.prompts_per_step` (one larger step per
+  generation, no extra pass, fewer steps for the same prompts);
 - reusing each generation for several updates (`grpo.num_iterations`);
 - `max_completion_length` fitted to the data: the longest shipped solution in the model's tokens
   (+ end of turn) plus a quarter, instead of 350 for answers of ~65 tokens;
 - threads vs processes: one process of 2 torch threads against 2 independent processes of one
-  thread each (their prompts per minute summed; a DDP run would add a gradient all-reduce).
+  thread each (their prompts per minute summed; a DDP run would add a gradient all-reduce), beside
+  one process of one thread (today's arm and the other levers run so).
 
 Each arm runs whole generation cycles until it has sampled at least `--prompts` fresh prompts; its
 rate is over those cycles (the step times the stage itself logs). The arms run in this process
@@ -20,7 +23,7 @@ cycle first.
 The arms run interleaved (A B C … A B C …) `--repeats` times and the table shows each arm's
 median, so a machine whose load drifts slows every arm alike.
 
-    python bench/grpo_throughput.py [--model RUN/sft/model] [--prompts 8] [--repeats 2]
+    python bench/grpo_throughput.py [--model RUN/sft/model] [--prompts 4] [--repeats 2]
 
 Without `--model` it first trains the `cpu` preset's SFT warm start into `--work-dir` (about
 10 minutes on 2 idle cores) and reuses it on the next run.
@@ -108,20 +111,26 @@ def fitted_completion_length(model_dir: Path, config: TrainConfig) -> tuple[int,
 
 
 def arms(fitted: int) -> list[Arm]:
-    """Today's preset first (the ratios' denominator), then each lever and the combinations; all
-    on one torch thread but the preset itself and the threads-vs-processes pair."""
+    """Today's GRPO settings first (the ratios' denominator), then each lever and combinations,
+    on one torch thread each, and the threads-vs-processes pair for the fitted length.
+
+    One thread is the baseline because it is the faster way to run the preset on a loaded
+    machine (2 threads spin-wait on each other when a core is taken) and the fair one beside a
+    2-process arm: the pair shows what the second core adds either way."""
     one = {"runtime.torch_threads": 1}
     fit = {**one, "grpo.max_completion_length": fitted}
     gen16 = {**fit, "grpo.steps_per_generation": 4}
     return [
-        Arm("today: the preset (4 prompts/gen, len 350, 2 threads)"),
-        Arm("today on 1 thread", one),
+        Arm("today (4 prompts/gen, len 350)", one),
         Arm(f"len {fitted}", fit),
         Arm(f"len {fitted} + 16 prompts/gen", gen16),
-        Arm(f"len {fitted} + 32 prompts/gen", {**fit, "grpo.steps_per_generation": 8}),
+        Arm(
+            f"len {fitted} + 16 prompts/step (one step per gen)",
+            {**fit, "grpo.prompts_per_step": 16},
+        ),
         Arm(f"len {fitted} + 16 prompts/gen + 2 updates/gen", {**gen16, "grpo.num_iterations": 2}),
-        Arm(f"len {fitted} + 16 prompts/gen, 2 threads", {**gen16, "runtime.torch_threads": 2}),
-        Arm(f"len {fitted} + 16 prompts/gen, 2 procs x 1 thread", gen16, processes=2),
+        Arm(f"len {fitted}, 1 proc x 2 threads", {**fit, "runtime.torch_threads": 2}),
+        Arm(f"len {fitted}, 2 procs x 1 thread (summed)", fit, processes=2),
     ]
 
 
@@ -193,7 +202,8 @@ def measure(arm: Arm, model_dir: Path, work_dir: Path, min_prompts: int) -> Meas
     rates, measured = [], []
     for (_, untimed_steps, prompts), run_dir in zip(configs, run_dirs, strict=True):
         metrics = read_metrics(run_dir / "grpo" / METRICS_FILENAME)
-        lines = [line for line in metrics if line["step"] > untimed_steps]
+        # Step lines only: the closing line (train_runtime …) repeats the last step, untimed.
+        lines = [line for line in metrics if line["step"] > untimed_steps and "step_time_s" in line]
         rates.append(prompts / sum(line["step_time_s"] for line in lines) * 60)
         measured += lines
     return Measurement(
@@ -219,13 +229,13 @@ def sft_model(work_dir: Path) -> Path:
 def print_table(results: dict[Arm, list[Measurement]], num_generations: int) -> None:
     baseline = statistics.median(m.prompts_per_minute for m in next(iter(results.values())))
     print(
-        f"{'arm':<50} {'prompts/min':>11} {'compl./min':>10} {'x today':>7} "
+        f"{'arm':<54} {'prompts/min':>11} {'compl./min':>10} {'x today':>7} "
         f"{'reward':>6} {'tool acc':>8} {'length':>6} {'clipped':>7}"
     )
     for arm, runs in results.items():
         rate = statistics.median(m.prompts_per_minute for m in runs)
         print(
-            f"{arm.name:<50} {rate:11.1f} {rate * num_generations:10.0f} {rate / baseline:7.2f} "
+            f"{arm.name:<54} {rate:11.1f} {rate * num_generations:10.0f} {rate / baseline:7.2f} "
             f"{statistics.fmean(m.mean_reward for m in runs):6.3f} "
             f"{statistics.fmean(m.tool_accuracy for m in runs):8.1%} "
             f"{statistics.fmean(m.mean_length for m in runs):6.1f} "
@@ -239,7 +249,7 @@ def _load() -> str:
 
 def main(
     model: Path | None = None,
-    prompts: int = 8,
+    prompts: int = 4,
     repeats: int = 2,
     work_dir: Path = WORK_DIR,
 ) -> None:
@@ -274,14 +284,10 @@ def main(
     for round_number in range(1, repeats + 1):
         for arm in results:
             results[arm].append(measure(arm, model_dir, work_dir, prompts))
-            print(
-                f"round {round_number} {arm.name}: "
-                f"{results[arm][-1].prompts_per_minute:.1f} prompts/min",
-                flush=True,
-            )
-    print(f"load average (1/5/15 min): {_load()}")
-    print(f"\nmedian of {repeats} interleaved rounds of >= {prompts} fresh prompts per arm:")
-    print_table(results, preset.grpo.num_generations)
+        # After every round, so that a stopped run still reports the rounds it finished.
+        print(f"\nload average (1/5/15 min): {_load()}; median of {round_number} interleaved")
+        print(f"round(s) of >= {prompts} fresh prompts per arm:")
+        print_table(results, preset.grpo.num_generations)
 
 
 if __name__ == "__main__":
