@@ -199,6 +199,15 @@ class GRPOSection(TrlSection):
         350, gt=0, description="tokens per completion (case study: 200 → 350); also evaluation's"
     )
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    steps_per_generation: int | None = Field(
+        None,
+        gt=0,
+        description="optimiser steps each generation batch feeds (it holds that many steps' "
+        "prompts); None: one, TRL's default",
+    )
+    num_iterations: int = Field(
+        1, ge=1, description="updates on each generation batch (GRPO's μ); > 1 reuses samples"
+    )
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
     epsilon: float = Field(0.2, gt=0, description="lower clipping bound")
     epsilon_high: float | None = Field(

@@ -159,9 +159,9 @@ def test_bad_config_file_error_names_file_and_field(tmp_path):
     assert "num_generations: unknown field (did you mean 'grpo.num_generations'?)" in message
 
 
-def test_cpu_grpo_settings_are_the_case_studys(tmp_path):
+def test_cpu_grpo_settings_reach_trl(tmp_path):
     args = grpo_config(load_preset("cpu"), tmp_path)
-    assert (args.num_generations, args.max_completion_length) == (8, 350)
+    assert (args.num_generations, args.max_completion_length) == (8, 144)
     assert args.per_device_train_batch_size == 4 * 8  # counts completions
     assert (args.ngrpo_scope, args.ngrpo_max_reward) == ("zero_std", 1.0)
     assert args.use_cpu and not args.bf16
