@@ -182,7 +182,8 @@ def retrain(params: RetrainParams | None = None) -> RunSummary:
     train_rows = evaluation_rows(loaded.frame.filter(is_train), config.runtime.eval_max_rows)
     eval_rows = evaluation_rows(loaded.frame.filter(~is_train), config.runtime.eval_max_rows)
     settings = EvalSettings(max_new_tokens=config.grpo.max_completion_length)
-    key = fingerprint([single_path, multi_path], config)
+    aux = [config.data.train_aux] if config.data.aux_share else []  # rows only SFT mixes in
+    key = fingerprint([single_path, multi_path, *aux], config)
     wall["data gate"] = time.monotonic() - started
 
     sft = cached_stage("sft", key, run_dir, config, params.stage_timeout_s)
