@@ -31,7 +31,9 @@ from toolgrpo.training.config import load_preset
 
 BASELINE_REV = "81b843a"  # the last commit before the reasoning restated figures as digits
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
-EVAL_FILES = [DATA_DIR / "eval" / name for name in ("single_step", "multistep", "unseen_phrasing")]
+EVAL_FILES = [
+    DATA_DIR / "eval" / f"{name}.jsonl" for name in ("single_step", "multistep", "unseen_phrasing")
+]
 ARMS = {"baseline": (False, False), "digits": (True, False), "exercises": (False, True)}
 ARMS["both"] = (True, True)
 
