@@ -64,7 +64,8 @@ def _eval_frame(max_rows: int | None) -> pl.DataFrame:
             {"condition": None} | json.loads(line) | {"source": sample_source(path)}
             for line in lines
         ]
-    return pl.DataFrame(rows)
+    # a few rows may hold no conditional step: keep the column a string column all the same
+    return pl.DataFrame(rows).with_columns(pl.col("condition").cast(pl.String))
 
 
 def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
