@@ -1,7 +1,8 @@
 """Metrics of a predictions frame: tool accuracy overall and by slice, format rates, confusion.
 
 Slices: kind, step, language, labelled tool, data file, and the two branches of a conditional
-step (the condition holds: act; it fails: reply).
+step (the condition holds: act; it fails: reply), also per data file and per what the condition
+compares (an amount with the balance, an order's cost with the balance, a price with a limit).
 """
 
 from __future__ import annotations
@@ -38,6 +39,38 @@ def step_row(step: int) -> str:
     return f"step {step}"
 
 
+# What a conditional step compares, told apart by the tools its earlier steps called (so rows of
+# any scenario, not only the generator's patterns, are placed).
+AMOUNT_COMPARISON = "amount comparison"  # check_balance: the amount asked vs the balance
+ORDER_COST = "order cost"  # check_balance and get_quote: quantity × price vs the balance
+PRICE_LIMIT = "price limit"  # get_quote: the quoted price vs the request's limit
+
+
+def _executed(prompt: pl.Expr, tool: str) -> pl.Expr:
+    """Does the prompt's `Previous steps:` history list a call of `tool`?"""
+    return prompt.str.contains(rf"(?m)^Step \d+: {tool} → ")
+
+
+def comparison_kind(prompt: pl.Expr) -> pl.Expr:
+    """`amount comparison` / `order cost` / `price limit` from a prompt's executed steps."""
+    balance, quote = _executed(prompt, "check_balance"), _executed(prompt, "get_quote")
+    return (
+        pl.when(balance & quote)
+        .then(pl.lit(ORDER_COST))
+        .when(balance)
+        .then(pl.lit(AMOUNT_COMPARISON))
+        .when(quote)
+        .then(pl.lit(PRICE_LIMIT))
+        .otherwise(None)
+    )
+
+
+def condition_row(source: str, kind: str, branch: str) -> str:
+    """The row name of one file's conditional steps of one kind and branch:
+    `eval/multistep · amount comparison holds`."""
+    return f"{source} · {kind} {branch.removeprefix('condition_')}"
+
+
 class Headline(BaseModel):
     """The numbers a before/after table shows (tool accuracy)."""
 
@@ -55,6 +88,11 @@ class Headline(BaseModel):
     by_source: dict[str, float | None] = Field(
         default_factory=dict, description="per data file, e.g. `eval/unseen_phrasing`"
     )
+    by_condition: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="conditional steps per data file, comparison kind and branch, by "
+        "`condition_row` (`eval/multistep · order cost fails`)",
+    )
     n: dict[str, int] = Field(
         default_factory=dict,
         description="rows evaluated behind each number, by its name in `rows()` (scenarios for "
@@ -62,10 +100,12 @@ class Headline(BaseModel):
     )
 
     def rows(self) -> dict[str, float | None]:
-        """Every number by its row name, in table order: the pooled rates, `step N`, sources."""
+        """Every number by its row name, in table order: the pooled rates, `step N`, conditional
+        steps by file, kind and branch, data files."""
         return {
             **{name: getattr(self, name) for name in POOLED},
             **{step_row(step): value for step, value in sorted(self.by_step.items())},
+            **self.by_condition,
             **self.by_source,
         }
 
@@ -114,6 +154,7 @@ def _with_outcome(predictions: pl.DataFrame) -> pl.DataFrame:
     return predictions.with_columns(
         correct=(pl.col("predicted_tool") == pl.col("label_tool")).fill_null(False),
         branch=condition_branch(pl.col("condition"), pl.col("kind"), pl.col("label_tool")),
+        comparison=comparison_kind(pl.col("prompt")),
         step=pl.col("step").cast(pl.String),
     )
 
@@ -154,14 +195,24 @@ def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = Non
         source: frame.filter(pl.col("source") == source)
         for source in sorted(frame["source"].unique().to_list())
     }
+    conditions = {
+        condition_row(source, kind, branch): rows
+        for (source, kind, branch), rows in sorted(
+            frame.filter(pl.col("branch").is_not_null())
+            .with_columns(pl.col("comparison").fill_null("other"))
+            .group_by("source", "comparison", "branch")
+        )
+    }
     headline = Headline(
         **{name: _rate(rows) for name, rows in pooled.items()},
         by_step={step: _rate(rows) for step, rows in steps.items()},
         by_source={source: _rate(rows) for source, rows in sources.items()},
+        by_condition={name: _rate(rows) for name, rows in conditions.items()},
         n={
             **{name: rows.height for name, rows in pooled.items()},
             **{step_row(step): rows.height for step, rows in steps.items()},
             **{source: rows.height for source, rows in sources.items()},
+            **{name: rows.height for name, rows in conditions.items()},
         },
     )
     slices = [

@@ -221,7 +221,8 @@ def retrain(
     train_rows = evaluation_rows(loaded.frame.filter(is_train), train_config.runtime.eval_max_rows)
     eval_rows = evaluation_rows(loaded.frame.filter(~is_train), train_config.runtime.eval_max_rows)
     settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
-    key = fingerprint([single_path, multi_path], train_config)
+    aux = [train_config.data.train_aux] if train_config.data.aux_share else []  # SFT-only rows
+    key = fingerprint([single_path, multi_path, *aux], train_config)
     wall["data gate"] = time.monotonic() - started
 
     sft = cached_stage("sft", key, run_dir, train_config, stage_timeout_s)

@@ -1,7 +1,8 @@
 """Build the shipped dataset (train, eval, unseen phrasing, planted ambiguity) from a seed.
 
 Everything is drawn from one `random.Random(seed)` in a fixed order and written with the same
-JSON settings, so `toolgrpo data generate --seed 0` reproduces the shipped files byte for byte.
+JSON settings, so `toolgrpo data generate --seed 0` reproduces the shipped files byte for byte
+(the auxiliary numeracy exercises, data/aux/, from their own RNG: numeracy.py).
 The wording is data (data/phrases/, see phrases.py); steps.py and scenarios.py build the steps.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from toolgrpo.generator.numeracy import EXERCISES_FILE, build_exercises
 from toolgrpo.generator.phrases import LANGS, Lang, PhraseList, counts, tool_phrases
 from toolgrpo.generator.scenarios import PATTERNS
 from toolgrpo.generator.slots import Slots, draw_slots
@@ -75,11 +77,13 @@ class _Drawn(NamedTuple):
 
 @dataclass
 class Dataset:
-    """Every generated file's rows, the planted ids, and (for tests) each row's phrasing id."""
+    """Every generated file's rows, the planted ids, and (for tests) each row's phrasing id;
+    the numeracy exercises apart, since they are no scenario's rows."""
 
     files: dict[str, list[dict[str, Any]]]
     planted_ids: list[str]
     phrasing_of: dict[str, str] = field(default_factory=dict)
+    exercises: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _trained_count(requests: PhraseList, lang: Lang, held_out: int) -> int:
@@ -261,7 +265,8 @@ def _unseen_jobs() -> tuple[list[SingleJob], list[MultiJob]]:
 
 def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
     """All shipped rows for `seed`; raises if any generated params break the catalogue's schema."""
-    builder = _Builder(seed, catalogue or load_catalogue())
+    catalogue = catalogue or load_catalogue()
+    builder = _Builder(seed, catalogue)
     files = {}
     for split in ("train", "eval"):
         files[f"{split}/single_step.jsonl"] = builder.single_rows(split, builder.single_jobs(split))
@@ -274,14 +279,19 @@ def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
     sizes = (len(files["train/single_step.jsonl"]), len(files["train/multistep.jsonl"]))
     if sizes != (TRAIN_SINGLE_ROWS, TRAIN_MULTI_ROWS):
         raise ValueError(f"train sizes {sizes}, expected {(TRAIN_SINGLE_ROWS, TRAIN_MULTI_ROWS)}")
-    return Dataset(files=files, planted_ids=builder.planted, phrasing_of=builder.phrasing_of)
+    return Dataset(
+        files=files,
+        planted_ids=builder.planted,
+        phrasing_of=builder.phrasing_of,
+        exercises=build_exercises(seed, catalogue),
+    )
 
 
 def write_dataset(dataset: Dataset, out: Path | str) -> list[Path]:
-    """Write the dataset's files under `out` (train/, eval/, planted_ambiguity.json)."""
+    """Write the dataset's files under `out` (train/, eval/, aux/, planted_ambiguity.json)."""
     out = Path(out)
     written = []
-    for name, rows in dataset.files.items():
+    for name, rows in [*dataset.files.items(), (EXERCISES_FILE, dataset.exercises)]:
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8", newline="\n") as handle:

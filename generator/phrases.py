@@ -7,12 +7,16 @@
   thought) and, for a conditional pattern, its `condition` (the last step as planned before the
   outcome is known, and the thought and reply of the respond step taken when it fails).
 - `planted.yaml`: the thought of the planted check-first answer; `vocabulary.yaml`: slot values.
+- `numeracy.yaml`: the auxiliary numeracy exercises (generator/numeracy.py).
 
 `{placeholder}`s are filled by `str.format` from `Slots.placeholders()` plus what a scenario or
 step adds (`balance`, `price`, `cost`; in place_order's plan, `side` is the side's first word,
-not the request's). Requests are picked by index and the last ones of each language are held
-out for eval/unseen_phrasing.jsonl (`HELD_OUT_*` in build.py), so adding, removing or reordering
-any entry changes the generated dataset: regenerate the shipped files.
+not the request's). A conditional step's reasoning restates the figures it compares as plain
+digits first (`amount_digits`, `balance_digits`, `cost_digits`: "Needed 560000 · balance 4937231
+→ enough"), so the decision compares two digit strings just written, not 56万 with 4,937,231 元.
+Requests are picked by index and the last ones of each language are held out for
+eval/unseen_phrasing.jsonl (`HELD_OUT_*` in build.py), so adding, removing or reordering any
+entry changes the generated dataset: regenerate the shipped files.
 """
 
 from __future__ import annotations
@@ -136,6 +140,35 @@ class Vocabulary(_Table):
     quantities: tuple[int, ...]
 
 
+Exercise = Literal["convert", "cover", "limit", "multiply", "afford"]
+Verdict = Literal["enough", "short", "below", "above"]
+
+
+class ExercisePhrases(_Table):
+    """One kind of exercise: its requests, the reasoning, the plan entry and the reply."""
+
+    requests: PhraseList
+    thought: Phrase
+    plan: Phrase
+    reply: Phrase
+
+
+class NumeracyPhrases(_Table):
+    """numeracy.yaml: rows and wording per kind, and the verdict and answer words."""
+
+    rows: dict[Exercise, int] = Field(description="exercises per kind, half in each language")
+    convert: ExercisePhrases
+    cover: ExercisePhrases
+    limit: ExercisePhrases
+    multiply: ExercisePhrases
+    afford: ExercisePhrases
+    verdicts: dict[Verdict, Phrase]
+    answers: dict[Literal["yes", "no"], Phrase]
+
+    def of(self, exercise: Exercise) -> ExercisePhrases:
+        return getattr(self, exercise)
+
+
 class Rows(NamedTuple):
     """How many rows (or scenarios) of one kind each split gets."""
 
@@ -193,3 +226,8 @@ def vocabulary() -> Vocabulary:
 @cache
 def counts() -> Counts:
     return _load(Counts, "counts.yaml")
+
+
+@cache
+def numeracy_phrases() -> NumeracyPhrases:
+    return _load(NumeracyPhrases, "numeracy.yaml")

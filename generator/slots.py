@@ -66,6 +66,12 @@ def price_text(price: float) -> str:
     return f"{price:.2f}"
 
 
+def digits(value: float) -> str:
+    """An amount in the one form conditional reasoning compares: plain digits, no separators or
+    units, cents only when there are any (560000, 112508, 499.95)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 def _draw_account(rng: random.Random) -> str:
     return f"ACC{rng.randint(1, 999):03d}"
 

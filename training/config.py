@@ -108,6 +108,15 @@ class DataSection(Section):
     condition_fails_repeat: int = Field(
         1, ge=1, description="times each condition-fails row appears in both stages"
     )
+    # A model built from scratch has no numeracy: SFT can mix in short exercises (56万 → 560000,
+    # is 4,937,231 元 at least 56万, 200 × 562.54) that are never counted among the training rows.
+    train_aux: Path = Field(
+        DATA_DIR / "aux" / "numeracy.jsonl",
+        description="auxiliary exercises (JSONL, sample rows) that only SFT mixes in",
+    )
+    aux_share: float = Field(
+        0.0, ge=0, lt=1, description="share of the SFT rows drawn from train_aux; 0: none"
+    )
 
     def tool_catalogue(self) -> Catalogue:
         """The catalogue at `catalogue` (raises `CatalogueError` when it cannot be used)."""
@@ -312,7 +321,7 @@ def accelerate_engine(name: str) -> tuple[str, int | None]:
 _NOT_WEIGHTS: dict[str, Any] = {
     "preset": True,
     "runtime": True,
-    "data": {"train_single_step", "train_multistep", "catalogue"},
+    "data": {"train_single_step", "train_multistep", "train_aux", "catalogue"},
     "grpo": {
         "vllm_mode",
         "vllm_server_base_url",

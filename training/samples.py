@@ -68,7 +68,20 @@ def sft_rows(config: TrainConfig) -> list[Row]:
             scenarios, round(config.sft.multistep_fraction * len(scenarios))
         )
     )
-    return _subset(single + [row for row in multi if row["scenario_id"] in chosen], config)
+    rows = _subset(single + [row for row in multi if row["scenario_id"] in chosen], config)
+    return rows + aux_rows(config, len(rows))
+
+
+def aux_rows(config: TrainConfig, task_rows: int) -> list[Row]:
+    """The auxiliary exercises SFT mixes in: `data.aux_share` of all SFT rows, a seeded draw
+    from `data.train_aux` (the whole file repeated first when the share needs more)."""
+    share = config.data.aux_share
+    if share == 0:
+        return []
+    exercises = read_samples(config.data.train_aux)
+    wanted = round(task_rows * share / (1 - share))
+    repeats, rest = divmod(wanted, len(exercises))
+    return exercises * repeats + random.Random(config.seed).sample(exercises, rest)
 
 
 def grpo_rows(config: TrainConfig) -> list[Row]:

@@ -3,6 +3,7 @@ settings built from it."""
 
 import dataclasses
 import json
+from collections import Counter
 from functools import reduce
 from pathlib import Path
 
@@ -218,6 +219,27 @@ def test_sft_rows_take_whole_multistep_scenarios():
 def test_zero_multistep_fraction_warms_up_on_single_step_rows_only():
     rows = sft_rows(load_preset("cpu", {"sft.multistep_fraction": 0.0}))
     assert rows and {r["kind"] for r in rows} == {"single"}
+
+
+def test_aux_share_mixes_that_share_of_exercises_into_sft_only():
+    plain = load_preset("cpu")
+    assert plain.data.aux_share == 0.0 and len(sft_rows(plain)) == 454 + 823
+    mixed = load_preset("cpu", {"data.aux_share": 0.2})
+    rows = sft_rows(mixed)
+    exercises = [row for row in rows if row["id"].startswith("aux-")]
+    assert len(exercises) == round(0.2 * len(rows)) and len(rows) - len(exercises) == 454 + 823
+    assert len(grpo_rows(mixed)) == 454 + 823
+    assert mixed.weights_key() != plain.weights_key()
+
+
+def test_aux_share_beyond_the_file_repeats_every_exercise(tmp_path):
+    path = tmp_path / "aux.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "x{i}", "prompt": "p{i}", "solution": "{{}}"}}\n' for i in range(3))
+    )
+    config = load_preset("smoke", {"data.train_aux": path, "data.aux_share": 0.5})
+    exercises = [row["id"] for row in sft_rows(config) if row["id"].startswith("x")]
+    assert Counter(exercises) == dict.fromkeys(["x0", "x1", "x2"], config.data.max_train_rows // 3)
 
 
 def test_grpo_trains_on_every_row_and_smoke_on_a_subset():

@@ -66,6 +66,37 @@ def test_condition_labels_report_both_branches():
     assert list(metrics.accuracy.rows())[3:5] == ["condition_fails", "condition_holds"]
 
 
+def test_conditional_steps_are_reported_per_file_comparison_kind_and_branch():
+    history = "Pay it if I can afford it\n\nPrevious steps:\n"
+    balance = history + "Step 1: check_balance → balance 3,217"
+    cost = balance + "\nStep 2: get_quote → PDD is at 562.54"
+    price = history + "Step 1: get_quote → PDD is at 562.54"
+    held_out = {"kind": "multi", "step": 2, "source": "eval/multistep"}
+    holds, fails = held_out | {"condition": "holds"}, held_out | {"condition": "fails"}
+    unseen = held_out | {"condition": "fails", "source": "eval/unseen_phrasing"}
+    frame = predictions_frame(
+        [
+            prediction_row("a1", "transfer_funds", prompt=balance, **holds),
+            prediction_row("a2", "withdraw", "respond", prompt=balance, **holds),
+            prediction_row("a3", "respond", prompt=balance, **fails),
+            prediction_row("o1", "respond", "place_order", prompt=cost, **fails),
+            prediction_row("p1", "place_order", prompt=price, **holds),
+            prediction_row("u1", "respond", prompt=balance, **unseen),
+        ]
+    )
+    accuracy = compute_metrics(frame).accuracy
+
+    assert accuracy.by_condition == {
+        "eval/multistep · amount comparison fails": 1.0,
+        "eval/multistep · amount comparison holds": 0.5,
+        "eval/multistep · order cost fails": 0.0,
+        "eval/multistep · price limit holds": 1.0,
+        "eval/unseen_phrasing · amount comparison fails": 1.0,
+    }
+    assert accuracy.n["eval/multistep · amount comparison holds"] == 2
+    assert set(accuracy.by_condition) <= set(accuracy.rows())
+
+
 def test_scenario_accuracy_counts_a_scenario_only_when_every_step_is_right(mixed_predictions):
     assert compute_metrics(mixed_predictions).accuracy.scenario == pytest.approx(1 / 2)
 

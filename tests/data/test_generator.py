@@ -19,6 +19,7 @@ from toolgrpo.generator.build import (
     Dataset,
     build_dataset,
 )
+from toolgrpo.generator.numeracy import EXERCISES_FILE, product_working
 from toolgrpo.generator.phrases import (
     LANGS,
     PHRASES_DIR,
@@ -88,7 +89,7 @@ def _request_lists() -> dict[str, PhraseList]:
 def test_generate_command_reproduces_shipped_files_byte_for_byte(tmp_path: Path):
     for out in (tmp_path / "a", tmp_path / "b"):
         assert generate(seed=0, out=out) == 0
-    for name in [*FILES, PLANTED_FILE]:
+    for name in [*FILES, EXERCISES_FILE, PLANTED_FILE]:
         first = (tmp_path / "a" / name).read_bytes()
         assert first == (tmp_path / "b" / name).read_bytes(), f"{name} differs between runs"
         assert first == (DATA_DIR / name).read_bytes(), f"{name} differs from the shipped file"
@@ -105,7 +106,7 @@ def test_generate_command_reports_an_unwritable_output_folder(tmp_path: Path, ca
 def test_every_phrase_file_loads_and_each_is_used_by_a_catalogue_tool_or_pattern():
     tools = load_catalogue().names
     expected = {f"tools/{tool}.yaml" for tool in tools}
-    expected |= {"planted.yaml", "vocabulary.yaml", "counts.yaml"}
+    expected |= {"planted.yaml", "vocabulary.yaml", "counts.yaml", "numeracy.yaml"}
     expected |= {f"scenarios/{name}.yaml" for name in PATTERNS}
     found = {path.relative_to(PHRASES_DIR).as_posix() for path in PHRASES_DIR.rglob("*.yaml")}
     assert found == expected
@@ -176,6 +177,81 @@ def test_eval_scenarios_and_requests_never_occur_in_train(shipped):
     train_requests = {normalise_prompt(_request(r)) for r in train}
     leaked = [r["id"] for r in held_out if normalise_prompt(_request(r)) in train_requests]
     assert leaked == []
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A request template as a regex: its words literal, each placeholder any text."""
+    parts = string.Formatter().parse(template)
+    return re.compile(
+        "".join(re.escape(text) + (".+?" if field else "") for text, field, _, _ in parts),
+        re.IGNORECASE,
+    )
+
+
+def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(shipped, dataset):
+    """Held-out numbers are honest: no eval prompt is trained on, the unseen-phrasing templates
+    match no training or exercise request, and the exercises match no request template at all."""
+    exercises = _read(EXERCISES_FILE)
+    trained = shipped["train/single_step.jsonl"] + shipped["train/multistep.jsonl"] + exercises
+    held_out = [row for name in FILES if name.startswith("eval/") for row in shipped[name]]
+    trained_prompts = {normalise_prompt(row["prompt"]) for row in trained}
+    assert [r["id"] for r in held_out if normalise_prompt(r["prompt"]) in trained_prompts] == []
+    templates = {
+        (name, lang, index): _template_pattern(template)
+        for name, requests in _request_lists().items()
+        for lang in LANGS
+        for index, template in enumerate(requests.of(lang))
+    }
+    unseen_ids = [r["id"] for r in dataset.files["eval/unseen_phrasing.jsonl"]]
+    unseen_phrasings = {dataset.phrasing_of[i] for i in unseen_ids}
+    unseen = {k: p for k, p in templates.items() if ".".join(map(str, k)) in unseen_phrasings}
+    assert unseen
+    for row in trained:
+        request = _request(row)
+        assert not [k for k, p in unseen.items() if p.fullmatch(request)], row["id"]
+    for row in exercises:
+        assert not [k for k, p in templates.items() if p.fullmatch(row["prompt"])], row["id"]
+
+
+def test_exercises_are_respond_rows_outside_the_counted_training_rows(dataset):
+    exercises = _read(EXERCISES_FILE)
+    assert exercises == dataset.exercises and len(exercises) == 800
+    assert {(r["kind"], r["step"], r["tool"]) for r in exercises} == {("single", 1, "respond")}
+    assert Counter(r["lang"] for r in exercises) == {"en": 400, "zh": 400}
+    shipped_ids = {r["id"] for rows in dataset.files.values() for r in rows}
+    assert shipped_ids.isdisjoint(r["id"] for r in exercises)
+    # The reasoning names the figures compared (balance, price): the consistency heuristic's
+    # keywords, not an announced tool; what matters is a logic word and a plan, as for the reward.
+    for row in exercises:
+        solution = json.loads(row["solution"])
+        assert any(word in solution["thought"].lower() for word in LOGIC_WORDS[row["lang"]])
+        assert solution["plan"] and all(solution["plan"]), row["id"]
+
+
+def test_exercise_working_multiplies_by_place_value():
+    assert product_working(150, 633.07) == (
+        "150 × 633.07 = 100 × 633.07 + 50 × 633.07 = 63307 + 31653.5 = 94960.5"
+    )
+    assert product_working(8, 12.5) == "8 × 12.50 = 100"
+
+
+def test_conditional_reasoning_restates_both_figures_as_digits_before_the_verdict(dataset):
+    product = r"\d+ × [\d.]+ = [\d.]+"
+    verdict = re.compile(
+        rf"^(?:Needed \d+ · balance \d+|{product} · balance \d+|Price [\d.]+ · limit \d+)"
+        r" → (?:not )?(?:enough|below|above), "
+        rf"|^(?:需要 \d+ · 余额 \d+|{product} · 余额 \d+|现价 [\d.]+ · 限价 \d+)"
+        r" → 不?(?:够|低于|高于)，"
+    )
+    conditional = [
+        row for rows in dataset.files.values() for row in rows if row.get("condition") is not None
+    ]
+    assert len(conditional) > 100
+    for row in conditional:
+        thought = json.loads(row["solution"])["thought"]
+        assert verdict.match(thought), (row["id"], thought)
+        negated = re.search(r"→ (?:not |不)", thought) is not None
+        assert negated == (row["condition"] == "fails"), (row["id"], thought)
 
 
 def test_normalised_prompts_are_unique_across_all_files(all_rows):
