@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,6 +88,22 @@ def _left_padded(
     return input_ids, attention_mask, position_ids
 
 
+def _prefill(
+    model: PreTrainedModel, rows: list[list[int]], pad_token_id: int, device: torch.device
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """One cached forward pass over `rows` (`_left_padded`), logits of the last position only;
+    returns the model's output with the batch's attention mask and position ids."""
+    input_ids, attention_mask, position_ids = _left_padded(rows, pad_token_id, device)
+    output = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return output, attention_mask, position_ids
+
+
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> set[int]:
     """The end tokens a completion stops at: the saved generation config's, else the tokenizer's."""
     eos = model.generation_config.eos_token_id
@@ -116,15 +133,8 @@ def greedy_token_ids(
     outputs: list[list[int]] = [[] for _ in encoded]
     done = 0
     for batch in _length_sorted_batches([len(ids) for ids in encoded], batch_size):
-        input_ids, attention_mask, position_ids = _left_padded(
-            [encoded[i] for i in batch], pad_token_id, model.device
-        )
-        step = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            logits_to_keep=1,
+        step, attention_mask, position_ids = _prefill(
+            model, [encoded[i] for i in batch], pad_token_id, model.device
         )
         cache, position = step.cache, position_ids[:, -1:]
         alive = list(batch)  # the rows still decoding, in the cache's order
@@ -282,15 +292,8 @@ def tool_probabilities(
     )
     log_probs = np.zeros((len(contexts), n_tools))
     for batch in _length_sorted_batches([len(ids) for ids in context_ids], batch_size):
-        input_ids, attention_mask, position_ids = _left_padded(
-            [context_ids[i] for i in batch], pad, device
-        )
-        context = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            logits_to_keep=1,
+        context, attention_mask, position_ids = _prefill(
+            model, [context_ids[i] for i in batch], pad, device
         )
         # Sequence r * n_tools + k continues row r with tool k from row r's cache.
         rows = len(batch)

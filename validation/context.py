@@ -140,6 +140,12 @@ class _Label:
     def location(self) -> str:
         return f"{self.file}:{self.line}"
 
+    def breaks(
+        self, check: str, evidence: str, alternative: str | None = None
+    ) -> LabelInconsistency:
+        """This label's finding for `check`."""
+        return LabelInconsistency(self.id, self.file, self.line, check, evidence, alternative)
+
     @classmethod
     def of(cls, row: dict[str, Any]) -> _Label:
         request, _, history = row["prompt"].partition(PREVIOUS_STEPS_HEADER)
@@ -207,14 +213,10 @@ def _against_action(
     if label.tool not in catalogue.names or _consistent(text, label.tool, catalogue):
         return None
     announced = _announced(text, catalogue)
-    return LabelInconsistency(
-        id=label.id,
-        file=label.file,
-        line=label.line,
-        check=check,
-        evidence=f"its {part} announces {' or '.join(announced)}, its action is {label.tool}: "
-        f"“{text}”",
-        alternative=announced[0] if len(announced) == 1 else None,
+    return label.breaks(
+        check,
+        f"its {part} announces {' or '.join(announced)}, its action is {label.tool}: “{text}”",
+        announced[0] if len(announced) == 1 else None,
     )
 
 
@@ -245,14 +247,11 @@ def step_matches_history(
         later = scenario[step]
         recorded = later.history.get(label.step)
         if recorded is not None and recorded.tool != label.tool:
-            return LabelInconsistency(
-                id=label.id,
-                file=label.file,
-                line=label.line,
-                check=STEP_MATCHES_HISTORY,
-                evidence=f"step {step} ({later.id}, {later.location}) records step {label.step} "
+            return label.breaks(
+                STEP_MATCHES_HISTORY,
+                f"step {step} ({later.id}, {later.location}) records step {label.step} "
                 f"as {recorded.tool} → {recorded.observation}; the label is {label.tool}",
-                alternative=recorded.tool,
+                recorded.tool,
             )
     return None
 
@@ -271,12 +270,9 @@ def step_not_repeated(
         how = f"with the same params as {previous.id} ({previous.location})"
     else:
         how = "again"
-    return LabelInconsistency(
-        id=label.id,
-        file=label.file,
-        line=label.line,
-        check=STEP_NOT_REPEATED,
-        evidence=f"calls {label.tool} {how}, though its history shows step {label.step - 1} "
+    return label.breaks(
+        STEP_NOT_REPEATED,
+        f"calls {label.tool} {how}, though its history shows step {label.step - 1} "
         f"done: {done.tool} → {done.observation}",
     )
 
@@ -305,14 +301,11 @@ def step_named_by_request(
         return None
     (asked,) = remaining
     words = ", ".join(f'"{word}"' for word in dict.fromkeys(named[asked]))
-    return LabelInconsistency(
-        id=label.id,
-        file=label.file,
-        line=label.line,
-        check=STEP_NAMED_BY_REQUEST,
-        evidence=f"the request still asks for {asked} ({words}), which its history has not "
+    return label.breaks(
+        STEP_NAMED_BY_REQUEST,
+        f"the request still asks for {asked} ({words}), which its history has not "
         f"done; the last step is labelled {label.tool}, which the request does not name",
-        alternative=asked,
+        asked,
     )
 
 
@@ -376,13 +369,10 @@ def branch_matches_figures(
         return None
     holds, why = verdict
     does = "replies" if label.replies else f"acts ({label.tool})"
-    return LabelInconsistency(
-        id=label.id,
-        file=label.file,
-        line=label.line,
-        check=BRANCH_MATCHES_FIGURES,
-        evidence=f"{why}, yet the label {does}",
-        alternative=None if holds else REPLY_TOOL,
+    return label.breaks(
+        BRANCH_MATCHES_FIGURES,
+        f"{why}, yet the label {does}",
+        None if holds else REPLY_TOOL,
     )
 
 
