@@ -61,7 +61,14 @@ def start_config(
 ) -> TrainConfig:
     """The SFT config of one starting checkpoint: the preset (plus `overrides`) with this seed;
     `single_only` trains on no multi-step scenario (`sft.multistep_fraction=0`)."""
-    fields: dict[str, Any] = {**overrides, "seed": seed, "runtime.torch_threads": torch_threads}
+    # Arms run side by side, each one process of `torch_threads` in both stages.
+    one_process = {"runtime.grpo.num_processes": 1, "runtime.grpo.torch_threads": torch_threads}
+    fields: dict[str, Any] = {
+        **overrides,
+        "seed": seed,
+        "runtime.torch_threads": torch_threads,
+        **one_process,
+    }
     if start == "single_only":
         fields["sft.multistep_fraction"] = 0.0
     return load_preset(preset, fields)

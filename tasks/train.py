@@ -237,7 +237,7 @@ def train_stage(
     if resume_key is not None:
         _continue_unfinished_run(stage, run_dir, resume_key)
     resumed_from_step = max(saved_checkpoints(stage_dir), default=0)
-    command = stage_command(stage, run_dir, config, init_dir)
+    command = stage_command(stage, run_dir, config.for_stage(stage), init_dir)
     logger.info("starting %s: %s", stage, " ".join(command))
 
     artifact_id = create_progress_artifact(

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
         config, note = place_here(run_config(args.run_dir, args.preset, args.config))
+        config = config.for_stage(args.stage)
         if note is not None:
             print(f"device: {note}", flush=True)
         if config.runtime.torch_threads is not None:

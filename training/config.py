@@ -256,13 +256,23 @@ class GRPOSection(TrlSection):
         return self
 
 
+class StageProcesses(Section):
+    """GRPO's processes and threads where they differ from the runtime section's: on a CPU,
+    sampling from a tiny model is latency-bound, so two one-thread processes beat one process of
+    two threads (1.39× per step), while SFT's matmuls gain nothing from processes (1.02×,
+    `bench/processes.py`)."""
+
+    num_processes: int | None = Field(None, ge=1, description="None: runtime.num_processes")
+    torch_threads: int | None = Field(None, gt=0, description="None: runtime.torch_threads")
+
+
 class RuntimeSection(TrlSection):
     """Where and how the stages run: device, threads, processes, checkpoints, logs and the eval
     subset. They change no setting of the optimisation, only floating-point detail, so they are
     not in `weights_key`: a busy machine's `torch_threads=1` reuses the trained models."""
 
     own_fields = frozenset(
-        {"device", "num_processes", "accelerate_config", "torch_threads", "eval_max_rows"}
+        {"device", "num_processes", "accelerate_config", "torch_threads", "eval_max_rows", "grpo"}
     )
 
     device: Device = Field(
@@ -283,6 +293,11 @@ class RuntimeSection(TrlSection):
     save_total_limit: int = Field(2, gt=0, description="checkpoints kept")
     logging_steps: int = Field(1, gt=0, description="steps between metrics lines")
     eval_max_rows: int | None = Field(None, gt=0, description="rows per eval file, quick checks")
+    grpo: StageProcesses = StageProcesses()
+
+    def most_processes(self) -> int:
+        """The most processes a stage runs: above 1, accelerate launches it."""
+        return max(self.num_processes, self.grpo.num_processes or 1)
 
     @field_validator("accelerate_config")
     @classmethod
@@ -343,19 +358,29 @@ class TrainConfig(Section):
     grpo: GRPOSection = GRPOSection()
     runtime: RuntimeSection = RuntimeSection()
 
+    def for_stage(self, stage: str) -> TrainConfig:
+        """This config as `stage` runs it: for GRPO, the processes and threads of `runtime.grpo`
+        where it sets them in place of the runtime section's."""
+        layout = self.runtime.grpo.model_dump(exclude_none=True) if stage == "grpo" else {}
+        if not layout:
+            return self
+        return self.model_copy(update={"runtime": self.runtime.model_copy(update=layout)})
+
     @model_validator(mode="after")
     def _completions_split_over_processes(self) -> TrainConfig:
         completions = self.grpo.prompts_per_step * self.grpo.num_generations
-        if completions % self.runtime.num_processes:
+        processes = self.for_stage("grpo").runtime.num_processes
+        if completions % processes:
             raise ValueError(
                 f"grpo.prompts_per_step × grpo.num_generations = {completions} completions per "
-                f"step do not split over runtime.num_processes = {self.runtime.num_processes}"
+                f"step do not split over GRPO's {processes} processes (runtime.num_processes, "
+                "runtime.grpo.num_processes)"
             )
         return self
 
     @model_validator(mode="after")
     def _lora_merges_unsharded_weights(self) -> TrainConfig:
-        if self.runtime.num_processes == 1 or self.model.lora.r == 0:
+        if self.runtime.most_processes() == 1 or self.model.lora.r == 0:
             return self
         engine, zero_stage = accelerate_engine(self.runtime.accelerate_config)
         if engine == "FSDP" or zero_stage == 3:
@@ -368,12 +393,13 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _vllm_engines_split_processes(self) -> TrainConfig:
-        grpo, processes = self.grpo, self.runtime.num_processes
+        grpo, processes = self.grpo, self.for_stage("grpo").runtime.num_processes
         colocated = grpo.use_vllm and grpo.vllm_mode == "colocate"
         if colocated and processes % grpo.vllm_tensor_parallel_size:
             raise ValueError(
                 f"grpo.vllm_tensor_parallel_size {grpo.vllm_tensor_parallel_size} does not divide "
-                f"runtime.num_processes {processes}"
+                f"GRPO's process count {processes} (runtime.num_processes, "
+                "runtime.grpo.num_processes)"
             )
         return self
 

@@ -73,7 +73,10 @@ def _check_engines(config: TrainConfig, installed: Callable[[str], bool]) -> Non
             "machine, or set grpo.use_vllm=false"
         )
     runtime = config.runtime
-    if runtime.num_processes > 1 and accelerate_engine(runtime.accelerate_config)[0] == "DEEPSPEED":
+    if (
+        runtime.most_processes() > 1
+        and accelerate_engine(runtime.accelerate_config)[0] == "DEEPSPEED"
+    ):
         if runtime.device == "cpu":
             raise ConfigError(
                 f"runtime.accelerate_config {runtime.accelerate_config!r} is DeepSpeed, which "

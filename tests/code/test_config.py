@@ -65,7 +65,10 @@ def test_override_values_from_a_command_line_are_parsed():
     [
         ({"grpo.max_step": 5}, "grpo.max_step: unknown field (did you mean 'grpo.max_steps'?)"),
         ({"grpo_max_steps": 5}, "did you mean 'grpo.max_steps'?"),  # the old flat name
-        ({"torch_threads": 1}, "did you mean 'runtime.torch_threads'?"),
+        (
+            {"torch_threads": 1},
+            "did you mean 'runtime.torch_threads' or 'runtime.grpo.torch_threads'?",
+        ),
         (
             {"runtime.use_cpu": True},
             "runtime.use_cpu: unknown field (did you mean 'runtime.device'?)",
@@ -74,7 +77,7 @@ def test_override_values_from_a_command_line_are_parsed():
         ({"learning_rate": 1}, "did you mean 'sft.learning_rate' or 'grpo.learning_rate'?"),
         ({"sft.multistep_fraction": 1.5}, "sft.multistep_fraction: Input should be less than"),
         ({"grpo.reward_points.params": -0.2}, "grpo.reward_points: reward weights must be >= 0"),
-        ({"runtime.num_processes": 3}, "32 completions per step do not split over"),
+        ({"runtime.grpo.num_processes": 3}, "32 completions per step do not split over GRPO's 3"),
     ],
 )
 def test_unknown_or_invalid_override_is_one_line_naming_the_field(overrides, message):

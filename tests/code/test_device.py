@@ -103,7 +103,7 @@ def test_deepspeed_needs_its_package_and_cuda(cuda, installed, message):
         ),
         (
             {"grpo.use_vllm": True, "grpo.vllm_tensor_parallel_size": 2},
-            "grpo.vllm_tensor_parallel_size 2 does not divide runtime.num_processes 1",
+            "grpo.vllm_tensor_parallel_size 2 does not divide GRPO's process count 1",
         ),
     ],
 )

@@ -24,6 +24,20 @@ def _option(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
 
 
+def test_cpu_preset_runs_sft_as_one_process_and_grpo_as_two_one_thread_processes():
+    config = load_preset("cpu")
+    sft, grpo = config.for_stage("sft"), config.for_stage("grpo")
+    assert (sft.runtime.num_processes, sft.runtime.torch_threads) == (1, 2)
+    assert (grpo.runtime.num_processes, grpo.runtime.torch_threads) == (2, 1)
+    command = stage_command("grpo", Path("/runs/a"), grpo, Path("/models/sft"))
+    assert command[1:3] == ["-m", "accelerate.commands.launch"]
+    assert _option(command, "--num_processes") == "2"
+    # Unset, GRPO runs as the runtime section says.
+    unset = {"runtime.grpo.num_processes": None, "runtime.grpo.torch_threads": None}
+    runtime = config.with_overrides(unset).for_stage("grpo").runtime
+    assert (runtime.num_processes, runtime.torch_threads) == (1, 2)
+
+
 def test_several_processes_go_through_accelerate_launch_with_the_named_config():
     config = load_preset("gpu", {"runtime.num_processes": 4, "runtime.accelerate_config": "zero2"})
     command = stage_command("grpo", Path("/runs/a"), config, Path("/models/sft"))
