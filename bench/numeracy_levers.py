@@ -1,7 +1,7 @@
 """Issue #16's levers, each alone and together: SFT of the cpu preset, then greedy evaluation.
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
-        [--arms baseline,digits,exercises,both] [--eval-rows N] [--out /tmp/numeracy-levers]
+        [--arms baseline,digits,exercises,both] [--seed 0] [--eval-rows N] [--out DIR]
 
 Arms: `baseline` trains on the training rows as they were before the reasoning wrote the figures
 as digits (read from git at `--baseline-rev`), `digits` on the shipped rows (lever 1),
@@ -59,6 +59,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
         "data.train_multistep": files["multistep.jsonl"],
         "data.aux_share": args.aux_share if exercises else 0.0,
         "sft.num_train_epochs": args.epochs,
+        "seed": args.seed,
     }
     return train_and_evaluate(arm_dir, overrides, args.threads, args.eval_rows)
 
@@ -69,11 +70,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=load_preset("cpu").sft.num_train_epochs)
     parser.add_argument("--aux-share", type=float, default=0.2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0, help="of the tiny model, row draws, SFT")
     parser.add_argument("--eval-rows", type=int, default=None, help="rows per eval file (quick)")
     parser.add_argument("--baseline-rev", default=BASELINE_REV)
     parser.add_argument("--out", type=Path, default=Path("/tmp/numeracy-levers"))
     args = parser.parse_args()
-    title = f"SFT only, cpu preset, {args.epochs:g} epochs, aux share {args.aux_share:g}, seed 0"
+    title = f"SFT only, cpu preset, {args.epochs:g} epochs, aux share {args.aux_share:g}"
+    title += f", seed {args.seed}"
     run_side_by_side(args.arms.split(","), lambda arm: run_arm(arm, args), title)
 
 
