@@ -11,12 +11,9 @@
 
 `{placeholder}`s are filled by `str.format` from `Slots.placeholders()` plus what a scenario or
 step adds (`balance`, `price`, `cost`; in place_order's plan, `side` is the side's first word,
-not the request's). A conditional step's reasoning restates the figures it compares as plain
-digits first (`amount_digits`, `balance_digits`, `cost_digits`: "Needed 560000 · balance 4937231
-→ enough"), so the decision compares two digit strings just written, not 56万 with 4,937,231 元.
-Requests are picked by index and the last ones of each language are held out for
-eval/unseen_phrasing.jsonl (`HELD_OUT_*` in build.py), so adding, removing or reordering any
-entry changes the generated dataset: regenerate the shipped files.
+not the request's). Requests are picked by index and the last ones of each language are held
+out for eval/unseen_phrasing.jsonl (`HELD_OUT_*` in build.py), so adding, removing or reordering
+any entry changes the generated dataset: regenerate the shipped files.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from toolgrpo.generator.phrases import ScenarioPhrases, Side, scenario_phrases
-from toolgrpo.generator.slots import Slots, balance_text, digits, price_text
+from toolgrpo.generator.slots import Slots, balance_text, price_text
 from toolgrpo.generator.steps import Facts, Step, build_step, refusal
 
 
@@ -55,11 +55,7 @@ def _balance_covers_amount(rng: random.Random, slots: Slots, condition_holds: bo
     balance = covered_balance(rng, slots.amount.value, condition_holds)
     return SetUp(
         facts={"check_balance": Facts(balance=balance)},
-        placeholders={
-            "balance": balance_text(balance, slots.lang),
-            "balance_digits": digits(balance),
-            "amount_digits": digits(slots.amount.value),
-        },
+        placeholders={"balance": balance_text(balance, slots.lang)},
     )
 
 
@@ -88,13 +84,7 @@ def _balance_covers_cost(rng: random.Random, slots: Slots, condition_holds: bool
             "get_quote": Facts(price=price),
             "place_order": Facts(side="buy"),
         },
-        placeholders={
-            "balance": balance_text(balance, slots.lang),
-            "balance_digits": digits(balance),
-            "cost": f"{cost:,.2f}",
-            "cost_digits": digits(cost),
-            "price": price_text(price),
-        },
+        placeholders={"balance": balance_text(balance, slots.lang), "cost": f"{cost:,.2f}"},
     )
 
 
