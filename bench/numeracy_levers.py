@@ -3,13 +3,14 @@
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
         [--arms baseline,digits,exercises,both] [--seed 0] [--eval-rows N] [--out DIR]
 
-Arms: `baseline` trains on the training rows as they were before the reasoning wrote the figures
-as digits (read from git at `--baseline-rev`), `digits` on the shipped rows (lever 1),
-`exercises` on the baseline rows plus the numeracy exercises at `--aux-share` (lever 2), `both`
-on the shipped rows plus the exercises. Only the training rows differ: every arm runs this
-checkout's code and evaluates on this checkout's eval files (their prompts are the same at both
-revisions). Prints one table: per-file accuracy and the conditional steps per comparison kind
-and branch, as right/n, and each arm's SFT wall time. Two arms run at a time, one torch thread
+Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
+restated both figures as digits before the verdict (lever 1, shipped from b3c1f7b until it was
+measured and reverted; read from git at `--digits-rev`), `exercises` on the shipped rows plus
+the numeracy exercises at `--aux-share` (lever 2), `both` on the digits rows plus the exercises.
+Only the training rows differ: every arm runs this checkout's code and evaluates on this
+checkout's eval files (their prompts are the same at both revisions). Prints one table:
+per-file accuracy and the conditional steps per comparison kind and branch, as right/n, and
+each arm's SFT wall time. Two arms run at a time, one torch thread
 each (`bench/sft_arms.py`, which runs arms of other settings the same way).
 """
 
@@ -24,15 +25,16 @@ from sft_arms import run_side_by_side, train_and_evaluate  # bench/, this script
 from toolgrpo.data import DATA_DIR
 from toolgrpo.training.config import load_preset
 
-BASELINE_REV = "81b843a"  # the last commit before the reasoning restated figures as digits
+DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reasoning
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
 ARMS = {"baseline": (False, False), "digits": (True, False), "exercises": (False, True)}
 ARMS["both"] = (True, True)
 
 
 def _training_files(arm_dir: Path, digits: bool, rev: str) -> dict[str, Path]:
-    """The arm's training files: the shipped ones, or those of `rev` written into `arm_dir`."""
-    if digits:
+    """The arm's training files: the shipped ones, or (`digits`) those of `rev` written into
+    `arm_dir`."""
+    if not digits:
         return {name: DATA_DIR / "train" / name for name in TRAIN_FILES}
     files = {}
     for name in TRAIN_FILES:
@@ -53,7 +55,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     digits, exercises = ARMS[name]
     arm_dir = args.out / name
     arm_dir.mkdir(parents=True, exist_ok=True)
-    files = _training_files(arm_dir, digits, args.baseline_rev)
+    files = _training_files(arm_dir, digits, args.digits_rev)
     overrides = {
         "data.train_single_step": files["single_step.jsonl"],
         "data.train_multistep": files["multistep.jsonl"],
@@ -72,7 +74,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="of the tiny model, row draws, SFT")
     parser.add_argument("--eval-rows", type=int, default=None, help="rows per eval file (quick)")
-    parser.add_argument("--baseline-rev", default=BASELINE_REV)
+    parser.add_argument("--digits-rev", default=DIGITS_REV)
     parser.add_argument("--out", type=Path, default=Path("/tmp/numeracy-levers"))
     args = parser.parse_args()
     title = f"SFT only, cpu preset, {args.epochs:g} epochs, aux share {args.aux_share:g}"
