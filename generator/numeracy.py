@@ -1,8 +1,9 @@
 """Auxiliary numeracy exercises (data/aux/numeracy.jsonl) for a model with no pretrained prior.
 
 A conditional step is decided by comparing two figures written differently (56万 against
-"4,937,231 元", 200 × 562.54 against 98,404); its reasoning restates both as plain digits first
-(data/phrases/scenarios/). These exercises practise exactly those moves, worded in
+"4,937,231 元", 200 × 562.54 against 98,404). These exercises practise those moves with the
+figures written out as plain digits (the form conditional reasoning itself took until it was
+measured to hurt and reverted: README "Numeracy"), worded in
 data/phrases/numeracy.yaml: `convert` an amount as people write it (10万, 100k, $1.2M, 5,000
 rupees) to digits, `cover` (is a balance at least an amount), `limit` (a price against a limit),
 `multiply` a quantity by a price with the place-value steps written out, and `afford` (that
