@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.schemas.run import ZeroStdGroups
-from toolgrpo.training.config import TrainConfig, load_preset
+from toolgrpo.training.config import GRPO_LAYOUT_UNSET, TrainConfig, load_preset
 from toolgrpo.training.ngrpo import Scope, ZeroStdOn
 from toolgrpo.training.stage import saved_checkpoints
 
@@ -61,13 +61,12 @@ def start_config(
 ) -> TrainConfig:
     """The SFT config of one starting checkpoint: the preset (plus `overrides`) with this seed;
     `single_only` trains on no multi-step scenario (`sft.multistep_fraction=0`)."""
-    # Arms run side by side, each one process of `torch_threads` in both stages.
-    one_process = {"runtime.grpo.num_processes": 1, "runtime.grpo.torch_threads": torch_threads}
+    # Arms run side by side, both stages of each on `torch_threads`, one process.
     fields: dict[str, Any] = {
         **overrides,
         "seed": seed,
         "runtime.torch_threads": torch_threads,
-        **one_process,
+        **GRPO_LAYOUT_UNSET,
     }
     if start == "single_only":
         fields["sft.multistep_fraction"] = 0.0

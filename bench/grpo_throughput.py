@@ -50,7 +50,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
-from toolgrpo.training.config import TrainConfig, load_preset
+from toolgrpo.training.config import GRPO_LAYOUT_UNSET, TrainConfig, load_preset
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
 from toolgrpo.training.samples import read_samples
@@ -61,9 +61,6 @@ PRESET = "cpu"
 LENGTH_MARGIN = 0.25
 LENGTH_ROUNDING = 16
 WORK_DIR = Path(tempfile.gettempdir()) / "toolgrpo-grpo-bench"
-# Each arm sets its own threads and processes: the preset's DDP layout for GRPO (runtime.grpo)
-# is undone, so an arm is one process as its name says (bench/processes.py measures DDP).
-ONE_PROCESS = {"runtime.grpo.num_processes": None, "runtime.grpo.torch_threads": None}
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the table's row keys
@@ -148,7 +145,9 @@ def arm_config(arm: Arm, min_prompts: int, seed: int) -> tuple[TrainConfig, int,
     """The arm's config with steps for whole generation cycles of at least `min_prompts` fresh
     prompts; also the steps not timed and the prompts that are. A process of its own first
     runs one cycle untimed (its first calls); this process is warm (`main`'s warm-up run)."""
-    config = load_preset(PRESET, {**ONE_PROCESS, **arm.overrides, "seed": seed})
+    # The preset's DDP layout for GRPO is undone: an arm is one process as its name says
+    # (bench/processes.py measures DDP).
+    config = load_preset(PRESET, {**GRPO_LAYOUT_UNSET, **arm.overrides, "seed": seed})
     prompts, steps = cycle_shape(config)
     cycles = max(1, math.ceil(min_prompts / prompts))
     untimed = steps if arm.processes > 1 else 0
@@ -281,7 +280,9 @@ def main(
         f"{preset.grpo.max_completion_length})"
     )
     print(f"load average (1/5/15 min): {_load()} on {os.cpu_count()} cores")
-    warm_up = load_preset(PRESET, {**ONE_PROCESS, "grpo.max_steps": 1, "runtime.torch_threads": 1})
+    warm_up = load_preset(
+        PRESET, {**GRPO_LAYOUT_UNSET, "grpo.max_steps": 1, "runtime.torch_threads": 1}
+    )
     run_here(warm_up, model_dir, work_dir)  # first calls of torch and TRL, not timed
     results: dict[Arm, list[Measurement]] = {arm: [] for arm in arms(fitted)}
     for round_number in range(1, repeats + 1):

@@ -10,8 +10,8 @@ the numeracy exercises at `--aux-share` (lever 2), `both` on the digits rows plu
 Only the training rows differ: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
 per-file accuracy and the conditional steps per comparison kind and branch, as right/n, and
-each arm's SFT wall time. Two arms run at a time, one torch thread
-each (`bench/sft_arms.py`, which runs arms of other settings the same way).
+each arm's SFT wall time. Two arms run at a time, one torch thread each (`bench/sft_arms.py`,
+which runs arms of other settings the same way).
 """
 
 from __future__ import annotations

@@ -33,14 +33,17 @@ from typing import Any
 import cyclopts
 
 from toolgrpo.tasks.train import stage_command
-from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig, load_preset
+from toolgrpo.training.config import (
+    CONFIG_FILENAME,
+    GRPO_LAYOUT_UNSET,
+    TrainConfig,
+    load_preset,
+)
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
 from toolgrpo.training.samples import sft_rows
 
 PRESET = "cpu"
 UNTIMED_STEPS = 2  # the first steps pay for lazy initialisation
-# Where the process layout is set: both stages, and GRPO's own (`runtime.grpo`).
-RUNTIMES = ("runtime", "runtime.grpo")
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,9 @@ class Timing:
 def stage_config(stage: str, arm: Arm, steps: int) -> TrainConfig:
     """The preset with `arm`'s runtime, run for `steps` optimiser steps, no checkpoints."""
     overrides: dict[str, Any] = {
-        **{f"{section}.num_processes": arm.processes for section in RUNTIMES},
-        **{f"{section}.torch_threads": arm.threads for section in RUNTIMES},
+        **GRPO_LAYOUT_UNSET,
+        "runtime.num_processes": arm.processes,
+        "runtime.torch_threads": arm.threads,
         "runtime.save_steps": 10**9,
         **arm.overrides,
     }

@@ -266,6 +266,14 @@ class StageProcesses(Section):
     torch_threads: int | None = Field(None, gt=0, description="None: runtime.torch_threads")
 
 
+# Overrides that undo `runtime.grpo`, so GRPO runs as the runtime section says: for callers that
+# give both stages one process layout (ablation arms side by side, benchmark arms).
+GRPO_LAYOUT_UNSET: dict[str, Any] = {
+    "runtime.grpo.num_processes": None,
+    "runtime.grpo.torch_threads": None,
+}
+
+
 class RuntimeSection(TrlSection):
     """Where and how the stages run: device, threads, processes, checkpoints, logs and the eval
     subset. They change no setting of the optimisation, only floating-point detail, so they are
