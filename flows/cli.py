@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -526,35 +524,6 @@ def notify_on_failure(*, block: str) -> int:
 FLOW_COMMANDS = (validate, evaluate, mine, apply_review, run, ablate, serve, notify_on_failure)
 
 
-def _start_temporary_server_beside_imports() -> None:
-    """Start the temporary Prefect server a first flow run would start and wait for (~20 s on 2
-    cores) while this process imports the flows, torch and transformers (~10 s): the two
-    overlap. Only where no API is configured and a temporary one is allowed; a server that
-    fails to start here is started again, and its error reported, by the flow run."""
-    from prefect.settings import get_current_settings
-
-    settings = get_current_settings()
-    if settings.api.url or not settings.server.ephemeral.enabled:
-        return
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()  # the instance Prefect's client starts and reuses
-
-    def start() -> None:
-        with contextlib.suppress(Exception):
-            server.start()
-
-    starting = threading.Thread(target=start, daemon=True)
-    starting.start()
-    import toolgrpo.flows.retrain  # noqa: F401  (the imports of every training or decoding flow)
-
-    starting.join()
-
-
-# The commands whose flows train or decode (they import torch and transformers).
-MODEL_COMMANDS = (evaluate, run, ablate)
-
-
 class _NoTracebacks(logging.Filter):
     """Drops, on the terminal only, Prefect's log of an exception a flow or task raised: the
     command prints one line for each error it expects, and Python shows the traceback of any
@@ -581,8 +550,6 @@ def main(tokens: Sequence[str] | None = None) -> None:
             for handler in logging.getLogger().handlers:
                 if isinstance(handler, PrefectConsoleHandler):
                     handler.addFilter(_NoTracebacks())
-        if command in MODEL_COMMANDS:
-            _start_temporary_server_beside_imports()
     try:
         status = command(*bound.args, **bound.kwargs)
     except KeyboardInterrupt:
