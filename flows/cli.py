@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -376,6 +378,35 @@ def config_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
+@contextlib.contextmanager
+def temporary_server_starting() -> Iterator[None]:
+    """Start the temporary Prefect server a first flow run would start and wait for (~18 s on 2
+    cores) in the background while the block runs (importing a flow: torch, transformers), so
+    the two overlap; the block's end waits for it. Enter it once the arguments are checked, so
+    a usage error never waits for a server. Only where no API is configured and a temporary
+    server is allowed; a start that fails here is retried, and its error reported, by the flow
+    run."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url or not settings.server.ephemeral.enabled:
+        yield
+        return
+
+    def start() -> None:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        with contextlib.suppress(Exception):
+            SubprocessASGIServer().start()  # the instance Prefect's client starts and reuses
+
+    starting = threading.Thread(target=start, daemon=True)
+    starting.start()
+    try:
+        yield
+    finally:
+        starting.join()
+
+
 def retrain_parameters(
     preset: str,
     train: list[Path] | None,
@@ -390,7 +421,7 @@ def retrain_parameters(
     line saying what is wrong; `--set` fields get a "did you mean"."""
     from pydantic import ValidationError
 
-    from toolgrpo.flows.retrain import FLOW_FIELDS, RetrainOverrides
+    from toolgrpo.flows.retrain_parameters import FLOW_FIELDS, RetrainOverrides
     from toolgrpo.schemas.catalogue import load_catalogue
     from toolgrpo.schemas.errors import validation_problems
     from toolgrpo.training.config import load_preset
@@ -444,12 +475,6 @@ def run(
     the run folder keeps a copy). Prints where the report is and the before/after accuracy.
     Exit 0: done; 1: the data gate or a stage failed; 2: usage error.
     """
-    from toolgrpo.flows.retrain import retrain
-    from toolgrpo.reporting.markdown import markdown_table
-    from toolgrpo.reporting.run_report import before_after_rows
-    from toolgrpo.tasks.train import StageFailed
-    from toolgrpo.validation.gate import DataGateFailed
-
     missing = [p for p in [*(train or []), *(eval_ or [])] if not p.is_file()]
     if missing:
         say(f"toolgrpo run: no such file: {', '.join(map(str, missing))}", error=True)
@@ -461,6 +486,12 @@ def run(
     except ValueError as error:
         say(f"toolgrpo run: {error}", error=True)
         return 2
+    with temporary_server_starting():
+        from toolgrpo.flows.retrain import retrain
+        from toolgrpo.reporting.markdown import markdown_table
+        from toolgrpo.reporting.run_report import before_after_rows
+        from toolgrpo.tasks.train import StageFailed
+        from toolgrpo.validation.gate import DataGateFailed
     try:
         summary = retrain(**parameters)
     except DataGateFailed as error:  # the flow run's log lists the problem lines

@@ -22,6 +22,7 @@ from pydantic import Field
 from toolgrpo import training
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, PredictionMode, evaluation_rows
+from toolgrpo.flows.retrain_parameters import RetrainOverrides
 from toolgrpo.reporting.files import replace_file
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.reporting.run_report import before_after_rows
@@ -42,7 +43,7 @@ from toolgrpo.tasks.validate import (
     summarise_samples,
     validate_samples,
 )
-from toolgrpo.training.config import TrainConfig, load_preset, overrides_model
+from toolgrpo.training.config import TrainConfig, load_preset
 from toolgrpo.training.metrics import read_metrics
 from toolgrpo.validation.loader import LoadedSamples
 
@@ -57,14 +58,6 @@ SHIPPED_EVAL_FILES = [
     DATA_DIR / "eval" / "multistep.jsonl",
     DATA_DIR / "eval" / "unseen_phrasing.jsonl",
 ]
-# Training config fields the flow sets itself, and the parameter that sets each.
-FLOW_FIELDS = {
-    "data.train_single_step": "train_files",
-    "data.train_multistep": "train_files",
-    "data.catalogue": "catalogue",
-}
-# The training config fields a run can override, typed and described for the deployment form.
-RetrainOverrides = overrides_model(skip=FLOW_FIELDS)
 Preset = Literal["smoke", "cpu", "gpu"]
 
 

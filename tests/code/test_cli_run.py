@@ -1,6 +1,12 @@
-"""`toolgrpo run` refuses a bad preset, `--set` or file before any flow run or run folder exists."""
+"""`toolgrpo run` refuses a bad preset, `--set` or file before any flow run, run folder or
+temporary server exists; once its arguments hold, the server starts beside the flow's imports."""
+
+import threading
+import time
 
 import pytest
+from prefect.server.api.server import SubprocessASGIServer
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from toolgrpo.flows import cli
 from toolgrpo.flows.retrain import retrain
@@ -79,3 +85,37 @@ def test_run_options_become_the_flows_typed_parameters(tmp_path):
     assert (parameters["catalogue"], parameters["audit_folds"]) == (catalogue, 0)
     assert "train_files" not in parameters  # the flow's default: the shipped files
     retrain.validate_parameters(parameters)  # raises on a parameter the flow would refuse
+
+
+@pytest.fixture
+def server_starts(monkeypatch):
+    """No API configured (a temporary server allowed), and the server's start recorded (it
+    takes 0.3 s) instead of run."""
+    starts = []
+
+    def start(self, timeout=None):
+        time.sleep(0.3)
+        starts.append(threading.current_thread())
+
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        yield starts
+
+
+def test_the_temporary_server_starts_in_the_background_and_the_block_waits_for_it(server_starts):
+    with cli.temporary_server_starting():
+        assert server_starts == []  # the block runs while the server starts
+    assert len(server_starts) == 1 and server_starts[0] is not threading.current_thread()
+
+
+def test_a_usage_error_starts_no_temporary_server(tmp_path, server_starts):
+    assert cli.run(preset="smoke", out=tmp_path / "runs", set_=["grpo_max_steps=20"]) == 2
+    time.sleep(0.5)
+    assert server_starts == []
+
+
+def test_no_temporary_server_starts_where_an_api_is_configured(server_starts):
+    api = {PREFECT_API_URL: "http://127.0.0.1:9/api"}
+    with temporary_settings(updates=api), cli.temporary_server_starting():
+        pass
+    assert server_starts == []

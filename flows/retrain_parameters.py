@@ -1,0 +1,15 @@
+"""The retrain flow's training-config parameters, importable without torch: `toolgrpo run`
+checks its arguments against them before it imports the flow (and starts a Prefect server)."""
+
+from __future__ import annotations
+
+from toolgrpo.training.config import overrides_model
+
+# Training config fields the flow sets itself, and the parameter that sets each.
+FLOW_FIELDS = {
+    "data.train_single_step": "train_files",
+    "data.train_multistep": "train_files",
+    "data.catalogue": "catalogue",
+}
+# The training config fields a run can override, typed and described for the deployment form.
+RetrainOverrides = overrides_model(skip=FLOW_FIELDS)
