@@ -1,10 +1,12 @@
 """Benchmark how the SFT warm start spends its time on the CPU, and which levers shorten it.
 
 The `cpu` preset's SFT is most of the main job. This measures, on the same rows, training rows
-per second of TRL's `SFTTrainer` for each lever against the preset with the lever undone: the
-system prompt as BPE pieces or as one token (`model.tiny.system_prompt_token`), TRL's
-padding-free and BFD-packing modes (same tokens per step), `torch_compile`; then where a padded
-step's time goes (matmuls vs the rest, by `torch.profiler`) and the matmul rate that implies.
+per second of TRL's `SFTTrainer` for each lever against one padded batch of 16 random rows per
+step with the system prompt as one token (the preset before `batch_rebalance`): the system
+prompt as BPE pieces (`model.tiny.system_prompt_token`), TRL's padding-free and BFD-packing
+modes (same tokens per step), `torch_compile`, each step's rows in length-sorted micro-batches
+(`sft.train_sampling_strategy: batch_rebalance`); then where a padded step's time goes (matmuls
+vs the rest, by `torch.profiler`) and the matmul rate that implies.
 
     python bench/sft_throughput.py [--steps 20] [--rounds 2] [--preset cpu]
 """
@@ -26,12 +28,11 @@ import transformers
 from datasets import Dataset
 from torch.profiler import ProfilerActivity, profile
 from transformers.trainer_callback import PrinterCallback
-from trl import SFTTrainer
 
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import load_preset
 from toolgrpo.training.samples import sft_rows
-from toolgrpo.training.sft import initial_model, sft_config
+from toolgrpo.training.sft import SFTTrainerSeeded, initial_model, sft_config
 
 # Packed rows per batch: about the preset's 16 rows × ~150 tokens, so every mode sees the same
 # tokens per optimizer step.
@@ -48,17 +49,36 @@ class Arm:
     trl: dict[str, Any] = field(default_factory=dict)
 
 
-BPE_PROMPT = {"model.tiny.system_prompt_token": False}
+# Each step's 16 random rows as one padded batch (the preset before `batch_rebalance`).
+RANDOM_16 = {
+    "sft.per_device_train_batch_size": 16,
+    "sft.gradient_accumulation_steps": 1,
+    "sft.train_sampling_strategy": "random",
+}
+BASE = "system prompt as one token, one padded batch"
 ARMS = [
-    Arm("system prompt as BPE pieces", BPE_PROMPT),
-    Arm("system prompt as one token (preset)"),
-    Arm("padding-free", trl={"padding_free": True, "max_length": None}),
-    Arm("packed 256", trl={"packing": True, "max_length": 256}),
-    Arm("torch.compile", trl={"torch_compile": True}),
+    Arm("system prompt as BPE pieces", {"model.tiny.system_prompt_token": False, **RANDOM_16}),
+    Arm(BASE, RANDOM_16),
+    Arm("padding-free", RANDOM_16, {"padding_free": True, "max_length": None}),
+    Arm("packed 256", RANDOM_16, {"packing": True, "max_length": 256}),
+    Arm("torch.compile", RANDOM_16, {"torch_compile": True}),
+    # The same 16 random rows per optimizer step, split by length into micro-batches that are
+    # each padded only to their own longest row (transformers' `batch_rebalance` sampler).
+    *(
+        Arm(
+            f"batch rebalance, {split} micro-batches",
+            {
+                "sft.per_device_train_batch_size": 16 // split,
+                "sft.gradient_accumulation_steps": split,
+                "sft.train_sampling_strategy": "batch_rebalance",
+            },
+        )
+        for split in (2, 4)
+    ),
 ]
 
 
-def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrainer, float]:
+def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrainerSeeded, float]:
     """The pipeline's SFT trainer with `arm`'s changes, and its mean tokens per row."""
     config = load_preset(preset, {"runtime.save_steps": 10**9, **arm.overrides})
     args = sft_config(config, work_dir)
@@ -75,7 +95,9 @@ def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrai
         setattr(args, name, value)
     if args.packing:  # as many tokens per step as the padded batches hold
         args.per_device_train_batch_size = max(1, TOKENS_PER_STEP // args.max_length)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer = SFTTrainerSeeded(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
     trainer.remove_callback(PrinterCallback)  # it prints every log dict when tqdm is off
     texts = [row["prompt"] + row["completion"] for row in dataset]
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
@@ -97,16 +119,16 @@ def compare_arms(preset: str, steps: int, rounds: int) -> None:
             tokens = max(log.get("num_tokens", 0) for log in trainer.state.log_history)
             rates = (tokens / row_tokens / seconds, tokens / seconds)
             best[arm.name] = max(best.get(arm.name, (0.0, 0.0)), rates)
-    base = best[ARMS[0].name][0]
+    base = best[BASE][0]
     print(f"{steps} SFT steps of the {preset!r} preset's model, best of {rounds} rounds:")
-    print(f"  {'arm':<36} {'rows/s':>7} {'real tokens/s':>14} {'vs BPE pieces':>14}")
+    print(f"  {'arm':<36} {'rows/s':>7} {'real tokens/s':>14} {'vs one batch':>13}")
     for name, (rows_rate, token_rate) in best.items():
-        print(f"  {name:<36} {rows_rate:7.1f} {token_rate:14.0f} {rows_rate / base:13.2f}x")
+        print(f"  {name:<36} {rows_rate:7.1f} {token_rate:14.0f} {rows_rate / base:12.2f}x")
 
 
 def matmul_share(preset: str) -> None:
     """Profile padded steps: the share of time in matmuls and the FLOP rate they reach."""
-    config = load_preset(preset)
+    config = load_preset(preset, RANDOM_16)
     with tempfile.TemporaryDirectory() as work_dir:
         _, model = initial_model(config, Path(work_dir), sft_config(config, Path(work_dir)))
     model.train()

@@ -183,7 +183,15 @@ class SFTSection(TrlSection):
     )
     num_train_epochs: float = Field(12, gt=0, description="epochs over the SFT rows")
     learning_rate: float = Field(2e-3, gt=0, description="peak of the learning-rate schedule")
-    per_device_train_batch_size: int = Field(16, gt=0, description="rows per step and process")
+    per_device_train_batch_size: int = Field(
+        16, gt=0, description="rows per micro-batch and process (a step: × accumulation steps)"
+    )
+    gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches per step")
+    train_sampling_strategy: Literal["random", "group_by_length", "batch_rebalance"] = Field(
+        "random",
+        description="transformers' sampler; batch_rebalance: each step's random rows split by "
+        "length into micro-batches, each padded only to its longest row",
+    )
     max_length: int = Field(1024, gt=0, description="tokens per row, prompt and completion")
     lr_scheduler_type: str = Field("cosine", description="a transformers SchedulerType name")
     warmup_steps: float = Field(0.05, ge=0, description="warm-up; below 1, a share of the steps")

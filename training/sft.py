@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from datasets import Dataset
+from torch.utils.data import Sampler
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.trainer_pt_utils import BatchRebalanceSampler
 from trl import SFTConfig, SFTTrainer
 
 from toolgrpo.training.chat import chat_prompt, system_prompt
@@ -16,6 +18,19 @@ from toolgrpo.training.samples import grpo_rows, sft_rows, tokenizer_corpus
 from toolgrpo.training.stage import train_and_save
 
 STAGE = "sft"
+
+
+class SFTTrainerSeeded(SFTTrainer):
+    """TRL's SFT trainer whose `batch_rebalance` sampler shuffles with the run's data seed:
+    transformers builds that sampler with a fixed seed (42), so every seed would see the rows in
+    one order."""
+
+    def _get_train_sampler(self, train_dataset: Dataset | None = None) -> Sampler | None:
+        sampler = super()._get_train_sampler(train_dataset)
+        if isinstance(sampler, BatchRebalanceSampler):
+            data_seed = self.args.data_seed
+            sampler.seed = self.args.seed if data_seed is None else data_seed
+        return sampler
 
 
 def sft_config(config: TrainConfig, stage_dir: Path) -> SFTConfig:
@@ -43,10 +58,9 @@ def initial_model(
     return load_model(init_dir, config.model)
 
 
-def run_sft(run_dir: Path, config: TrainConfig) -> Path:
-    """Train the warm start in `<run_dir>/sft` (resuming from its last checkpoint) and return the
-    saved model directory `<run_dir>/sft/model`."""
-    stage_dir = run_dir / STAGE
+def sft_trainer(config: TrainConfig, stage_dir: Path) -> SFTTrainerSeeded:
+    """The SFT trainer of `config` in `stage_dir`: its initial model, the SFT rows as TRL's
+    prompt-completion pairs, metrics written to `<stage_dir>/metrics.jsonl`."""
     args = sft_config(config, stage_dir)
     tokenizer, model = initial_model(config, stage_dir, args)
     catalogue = config.data.tool_catalogue()
@@ -59,7 +73,7 @@ def run_sft(run_dir: Path, config: TrainConfig) -> Path:
             for row in sft_rows(config)
         ]
     )
-    trainer = SFTTrainer(
+    return SFTTrainerSeeded(
         model=model,
         args=args,
         train_dataset=dataset,
@@ -67,4 +81,11 @@ def run_sft(run_dir: Path, config: TrainConfig) -> Path:
         peft_config=lora_config(config.model.lora),
         callbacks=[MetricsFileCallback(stage_dir / METRICS_FILENAME)],
     )
-    return train_and_save(trainer, tokenizer, stage_dir, config)
+
+
+def run_sft(run_dir: Path, config: TrainConfig) -> Path:
+    """Train the warm start in `<run_dir>/sft` (resuming from its last checkpoint) and return the
+    saved model directory `<run_dir>/sft/model`."""
+    stage_dir = run_dir / STAGE
+    trainer = sft_trainer(config, stage_dir)
+    return train_and_save(trainer, trainer.processing_class, stage_dir, config)
