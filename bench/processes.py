@@ -60,7 +60,9 @@ def arms(cores: int) -> list[Arm]:
     """One process of `cores` threads against `cores` one-thread processes."""
     batch = load_preset(PRESET).sft.per_device_train_batch_size
     if batch % cores:
-        raise SystemExit(f"the preset's SFT batch of {batch} rows does not split over {cores}")
+        raise SystemExit(
+            f"the preset's SFT micro-batch of {batch} rows does not split over {cores}"
+        )
     return [
         Arm(f"1 process x {cores} threads", 1, cores),
         Arm(
@@ -93,7 +95,7 @@ def stage_config(stage: str, arm: Arm, steps: int) -> TrainConfig:
     config = load_preset(PRESET, overrides)
     if stage == "grpo":
         return config.with_overrides({"grpo.max_steps": steps})
-    rows_per_step = config.sft.per_device_train_batch_size * arm.processes
+    rows_per_step = config.sft.rows_per_process_step * arm.processes
     steps_per_epoch = math.ceil(len(sft_rows(config)) / rows_per_step)
     return config.with_overrides({"sft.num_train_epochs": steps / steps_per_epoch})
 
@@ -134,7 +136,7 @@ def main(
     work_dir = work_dir or Path(tempfile.mkdtemp(prefix="bench-processes-"))
     stages = {"sft": sft_steps} | ({"grpo": grpo_steps} if model is not None else {})
     preset = load_preset(PRESET)
-    per_step = {"sft": preset.sft.per_device_train_batch_size, "grpo": preset.grpo.prompts_per_step}
+    per_step = {"sft": preset.sft.rows_per_process_step, "grpo": preset.grpo.prompts_per_step}
     unit = {"sft": "rows/s", "grpo": "prompts/min"}
     timings: dict[tuple[str, str], list[Timing]] = {}
     for _ in range(repeats):

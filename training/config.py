@@ -197,6 +197,11 @@ class SFTSection(TrlSection):
     warmup_steps: float = Field(0.05, ge=0, description="warm-up; below 1, a share of the steps")
     completion_only_loss: bool = Field(True, description="loss on the completion only")
 
+    @property
+    def rows_per_process_step(self) -> int:
+        """The rows one process trains on per optimiser step (its micro-batches together)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
 
 class GRPOSection(TrlSection):
     """GRPO with NGRPO calibration from the SFT model: `NGRPOConfig` arguments (TRL's names plus

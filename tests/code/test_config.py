@@ -200,11 +200,10 @@ def test_gpu_preset_trains_lora_on_all_linear_layers_in_bf16(tmp_path):
 
 def test_sft_settings_are_the_warm_starts(tmp_path):
     args = sft_config(load_preset("cpu"), tmp_path)
-    assert (args.num_train_epochs, args.learning_rate, args.per_device_train_batch_size) == (
-        6,
-        2e-3,
-        16,
-    )
+    assert (args.num_train_epochs, args.learning_rate) == (6, 2e-3)
+    # 16 rows per step, as 4 length-sorted micro-batches
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 4)
+    assert args.train_sampling_strategy == "batch_rebalance"
     assert (args.lr_scheduler_type, args.warmup_steps) == ("cosine", 0.05)
     assert args.completion_only_loss and (args.seed, args.data_seed) == (0, 0)
 
