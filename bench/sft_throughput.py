@@ -8,7 +8,7 @@ modes (same tokens per step), `torch_compile`, each step's rows in length-sorted
 (`sft.train_sampling_strategy: batch_rebalance`); then where a padded step's time goes (matmuls
 vs the rest, by `torch.profiler`) and the matmul rate that implies.
 
-    python bench/sft_throughput.py [--steps 20] [--rounds 2] [--preset cpu]
+    python bench/sft_throughput.py [--steps 20] [--rounds 2] [--preset cpu] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -104,12 +104,12 @@ def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrai
     return trainer, sum(lengths) / len(lengths)
 
 
-def compare_arms(preset: str, steps: int, rounds: int) -> None:
+def compare_arms(preset: str, steps: int, rounds: int, arms: list[Arm]) -> None:
     """Training rows per second of each arm (real tokens fed over the arm's mean tokens per row),
     and real (non-padding) tokens per second, best of `rounds` interleaved rounds."""
     best: dict[str, tuple[float, float]] = {}
     for _ in range(rounds):
-        for arm in ARMS:
+        for arm in arms:
             with tempfile.TemporaryDirectory() as work_dir:
                 trainer, row_tokens = _trainer(preset, arm, steps, Path(work_dir))
                 start = time.perf_counter()
@@ -158,7 +158,18 @@ def matmul_share(preset: str) -> None:
     )
 
 
-def main(steps: int = 20, rounds: int = 2, preset: str = "cpu") -> None:
+def main(
+    steps: int = 20, rounds: int = 2, preset: str = "cpu", only: list[str] | None = None
+) -> None:
+    """Time the arms side by side, then profile a padded step.
+
+    Args:
+        steps: optimiser steps per arm and round.
+        rounds: interleaved rounds; each arm's best counts.
+        preset: the preset whose SFT is measured.
+        only: run only the arms whose names contain one of these, and no profile (the one-batch
+            arm always runs: the ratios are against it).
+    """
     datasets.disable_progress_bars()
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -167,8 +178,10 @@ def main(steps: int = 20, rounds: int = 2, preset: str = "cpu") -> None:
     if threads:
         torch.set_num_threads(threads)
     print(f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    compare_arms(preset, steps, rounds)
-    matmul_share(preset)
+    arms = [a for a in ARMS if a.name == BASE or any(part in a.name for part in only or [""])]
+    compare_arms(preset, steps, rounds, arms)
+    if only is None:
+        matmul_share(preset)
     print(f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
