@@ -573,7 +573,9 @@ def _history_screens(frame: pl.DataFrame) -> pl.DataFrame:
             | (pl.col("line").is_not_null() & pl.col("recorded_step").is_null())
         )
     )
-    labelled = frame.select("scenario_id", recorded_step="step", labelled_tool="tool")
+    # each step's distinct labels once: a scenario id shared by many rows must not make the join
+    # quadratic (1M rows repeating 1,277 rows' ids asked for >23 GB)
+    labelled = frame.select("scenario_id", recorded_step="step", labelled_tool="tool").unique()
     contradicted = lines.join(labelled, on=["scenario_id", "recorded_step"]).filter(
         pl.col("labelled_tool") != pl.col("recorded_tool")
     )

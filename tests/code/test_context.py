@@ -331,6 +331,18 @@ def one_broken_row_per_rule() -> list[dict[str, Any]]:
     return [row for name, rows in cases.items() for row in _as_scenario(name, rows)]
 
 
+def test_rows_sharing_one_scenario_id_are_screened_like_every_rule_on_every_row(tmp_path):
+    """Copies of scenarios under their ids (fresh row ids), as a million repeated rows have:
+    the screens find what every rule on every row finds (their history join keeps one row per
+    step's label, not one per copy: 1M such rows once asked for more than 23 GB)."""
+    rows = one_broken_row_per_rule()
+    copies = [{**row, "id": f"{row['id']}#{copy}"} for copy in range(40) for row in rows]
+    frame = loaded_rows(tmp_path, *copies)
+    screened = label_inconsistencies(frame)
+    assert screened == label_inconsistencies(frame, screen=False)
+    assert len(screened) == 40 * len(label_inconsistencies(loaded_rows(tmp_path, *rows)))
+
+
 def test_the_screens_keep_every_finding_of_every_rule_on_every_row(tmp_path):
     """On the shipped rows and a scenario breaking each rule, the screened checks find exactly
     what running every rule on every row finds (rows, rules, evidence, order)."""
