@@ -1,1 +1,1 @@
-"""The built-in ablation: GRPO vs NGRPO scopes from two warm starts, over seeds (no Prefect)."""
+"""The built-in ablation: GRPO vs NGRPO scopes from three warm starts, over seeds (no Prefect)."""

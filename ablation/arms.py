@@ -1,10 +1,11 @@
 """The ablation's arms: SFT vs GRPO vs NGRPO (zero-std scope) vs NGRPO (all groups).
 
-From each starting checkpoint (SFT on single-step rows only — the case study's regime — and the
-preset's default warm start), GRPO arms that differ only in `ngrpo_scope` are trained with the
-same seeds, steps and data, and every saved checkpoint is evaluated on the held-out rows. This
-module holds the arm configs and what one run of an arm records; `ablation.summary` aggregates
-across seeds, `ablation.verdict` words the result, `flows/ablation.py` runs it.
+From each starting checkpoint (SFT on single-step rows only — the case study's regime —, on
+single-step rows plus 10% of the multi-step scenarios, and the preset's default warm start),
+GRPO arms that differ only in `ngrpo_scope` are trained with the same seeds, steps and data, and
+every saved checkpoint is evaluated on the held-out rows. This module holds the arm configs and
+what one run of an arm records; `ablation.summary` aggregates across seeds, `ablation.verdict`
+words the result, `flows/ablation.py` runs it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from toolgrpo.training.config import GRPO_LAYOUT_UNSET, TrainConfig, load_preset
 from toolgrpo.training.ngrpo import Scope, ZeroStdOn
 from toolgrpo.training.stage import saved_checkpoints
 
-Start = Literal["single_only", "default"]
-STARTS: tuple[Start, ...] = ("single_only", "default")
+Start = Literal["single_only", "partial", "default"]
+STARTS: tuple[Start, ...] = get_args(Start)
+# The share of multi-step scenarios each start's SFT sees (absent: the preset's).
+START_MULTISTEP_FRACTION: dict[Start, float] = {"single_only": 0.0, "partial": 0.1}
 Arm = Literal["none", "zero_std", "zero_std_tool", "all"]
 ARMS: tuple[Arm, ...] = get_args(Arm)
 # Each arm's advantage estimator: NGRPO's scope and what its zero-std groups have equal.
@@ -32,7 +35,11 @@ ARM_ESTIMATORS: dict[Arm, tuple[Scope, ZeroStdOn]] = {
     "zero_std_tool": ("zero_std", "tool"),
     "all": ("all", "total"),
 }
-START_LABELS = {"single_only": "single-step-only SFT start", "default": "default warm start"}
+START_LABELS = {
+    "single_only": "single-step-only SFT start",
+    "partial": "partial SFT start (single-step + 10% of multi-step scenarios)",
+    "default": "default warm start",
+}
 ARM_LABELS = {
     "sft": "SFT (step 0)",
     "none": "GRPO",
@@ -60,7 +67,8 @@ def start_config(
     preset: str, start: Start, seed: int, torch_threads: int, overrides: dict[str, Any]
 ) -> TrainConfig:
     """The SFT config of one starting checkpoint: the preset (plus `overrides`) with this seed;
-    `single_only` trains on no multi-step scenario (`sft.multistep_fraction=0`)."""
+    `single_only` trains on no multi-step scenario (`sft.multistep_fraction=0`), `partial` on
+    10% of them (where GRPO lifted multi-step in an earlier probe), `default` on the preset's."""
     # Arms run side by side, both stages of each on `torch_threads`, one process.
     fields: dict[str, Any] = {
         **overrides,
@@ -68,8 +76,8 @@ def start_config(
         "runtime.torch_threads": torch_threads,
         **GRPO_LAYOUT_UNSET,
     }
-    if start == "single_only":
-        fields["sft.multistep_fraction"] = 0.0
+    if start in START_MULTISTEP_FRACTION:
+        fields["sft.multistep_fraction"] = START_MULTISTEP_FRACTION[start]
     return load_preset(preset, fields)
 
 

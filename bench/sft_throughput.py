@@ -121,9 +121,9 @@ def compare_arms(preset: str, steps: int, rounds: int, arms: list[Arm]) -> None:
             best[arm.name] = max(best.get(arm.name, (0.0, 0.0)), rates)
     base = best[BASE][0]
     print(f"{steps} SFT steps of the {preset!r} preset's model, best of {rounds} rounds:")
-    print(f"  {'arm':<36} {'rows/s':>7} {'real tokens/s':>14} {'vs one batch':>13}")
+    print(f"  {'arm':<46} {'rows/s':>7} {'real tokens/s':>14} {'vs one batch':>13}")
     for name, (rows_rate, token_rate) in best.items():
-        print(f"  {name:<36} {rows_rate:7.1f} {token_rate:14.0f} {rows_rate / base:12.2f}x")
+        print(f"  {name:<46} {rows_rate:7.1f} {token_rate:14.0f} {rows_rate / base:12.2f}x")
 
 
 def matmul_share(preset: str) -> None:

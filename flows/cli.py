@@ -118,7 +118,7 @@ def ablate(
     steps: int | None = None,
     eval_every: int | None = None,
     arms: str = "none,zero_std,zero_std_tool,all",
-    starts: str = "single_only,default",
+    starts: str = "single_only,partial,default",
     workers: int = 2,
     dask: str | None = None,
     out: Path = Path("runs"),

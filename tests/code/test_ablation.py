@@ -74,6 +74,13 @@ def _summary(runs: list[ArmRun]) -> AblationSummary:
 # --- configs -------------------------------------------------------------------------------
 
 
+def test_partial_start_trains_sft_on_a_tenth_of_the_multi_step_scenarios():
+    partial = start_config("cpu", "partial", seed=0, torch_threads=1, overrides={})
+    assert partial.sft.multistep_fraction == 0.1
+    default = start_config("cpu", "default", seed=0, torch_threads=1, overrides={})
+    assert default.sft.multistep_fraction == load_preset("cpu").sft.multistep_fraction
+
+
 def test_single_only_start_trains_sft_on_no_multi_step_scenario():
     single_only = start_config("cpu", "single_only", seed=3, torch_threads=1, overrides={})
     default = start_config("cpu", "default", seed=3, torch_threads=1, overrides={})
