@@ -5,10 +5,10 @@ seed and the epoch."""
 from toolgrpo.training.config import load_preset
 from toolgrpo.training.sft import sft_trainer
 
-ROWS_PER_STEP = 8
+ROWS_PER_STEP, MICRO_BATCHES = 8, 4
 REBALANCED = {
-    "sft.per_device_train_batch_size": 2,
-    "sft.gradient_accumulation_steps": 4,
+    "sft.per_device_train_batch_size": ROWS_PER_STEP // MICRO_BATCHES,
+    "sft.gradient_accumulation_steps": MICRO_BATCHES,
     "sft.train_sampling_strategy": "batch_rebalance",
 }
 
@@ -19,7 +19,7 @@ def epoch_steps(seed: int, epoch: int, tmp_path) -> tuple[list[list[list[int]]],
     sampler = trainer._get_train_sampler()
     sampler.set_epoch(epoch)
     micro = list(sampler)
-    steps = [micro[i : i + 4] for i in range(0, len(micro), 4)]
+    steps = [micro[i : i + MICRO_BATCHES] for i in range(0, len(micro), MICRO_BATCHES)]
     return steps, [len(ids) for ids in trainer.train_dataset["input_ids"]]
 
 
