@@ -124,7 +124,8 @@ def main(
         folder = out / re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-")
         return train_and_evaluate(folder, arms[name], threads, eval_rows)
 
-    run_side_by_side(list(arms), run, "SFT only, cpu preset with each arm's settings, seed 0")
+    title = "SFT only, cpu preset with each arm's settings (seed 0 unless an arm sets `seed`)"
+    run_side_by_side(list(arms), run, title)
 
 
 if __name__ == "__main__":
