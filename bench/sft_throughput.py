@@ -25,14 +25,13 @@ import cyclopts
 import datasets
 import torch
 import transformers
-from datasets import Dataset
 from torch.profiler import ProfilerActivity, profile
 from transformers.trainer_callback import PrinterCallback
 
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import load_preset
 from toolgrpo.training.samples import sft_rows
-from toolgrpo.training.sft import SFTTrainerSeeded, initial_model, sft_config
+from toolgrpo.training.sft import SFTTrainerSeeded, initial_model, sft_config, sft_trainer
 
 # Packed rows per batch: about the preset's 16 rows × ~150 tokens, so every mode sees the same
 # tokens per optimizer step.
@@ -82,24 +81,16 @@ def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrai
     """The pipeline's SFT trainer with `arm`'s changes, and its mean tokens per row."""
     config = load_preset(preset, {"runtime.save_steps": 10**9, **arm.overrides})
     args = sft_config(config, work_dir)
-    tokenizer, model = initial_model(config, work_dir, args)
-    dataset = Dataset.from_list(
-        [
-            {"prompt": chat_prompt(tokenizer, row["prompt"]), "completion": row["solution"]}
-            for row in sft_rows(config)
-        ]
-    )
     # One log line at the end: TRL's running `num_tokens` then covers every step.
     args.max_steps, args.save_strategy, args.logging_steps = steps, "no", steps
     for name, value in arm.trl.items():
         setattr(args, name, value)
     if args.packing:  # as many tokens per step as the padded batches hold
         args.per_device_train_batch_size = max(1, TOKENS_PER_STEP // args.max_length)
-    trainer = SFTTrainerSeeded(
-        model=model, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
+    trainer = sft_trainer(config, work_dir, args)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict when tqdm is off
-    texts = [row["prompt"] + row["completion"] for row in dataset]
+    tokenizer = trainer.processing_class
+    texts = [chat_prompt(tokenizer, row["prompt"]) + row["solution"] for row in sft_rows(config)]
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     return trainer, sum(lengths) / len(lengths)
 

@@ -58,10 +58,13 @@ def initial_model(
     return load_model(init_dir, config.model)
 
 
-def sft_trainer(config: TrainConfig, stage_dir: Path) -> SFTTrainerSeeded:
+def sft_trainer(
+    config: TrainConfig, stage_dir: Path, args: SFTConfig | None = None
+) -> SFTTrainerSeeded:
     """The SFT trainer of `config` in `stage_dir`: its initial model, the SFT rows as TRL's
-    prompt-completion pairs, metrics written to `<stage_dir>/metrics.jsonl`."""
-    args = sft_config(config, stage_dir)
+    prompt-completion pairs, metrics written to `<stage_dir>/metrics.jsonl`; `args` (default:
+    `sft_config`'s) for a caller that changes TRL's settings first (a benchmark)."""
+    args = args or sft_config(config, stage_dir)
     tokenizer, model = initial_model(config, stage_dir, args)
     catalogue = config.data.tool_catalogue()
     dataset = Dataset.from_list(
