@@ -126,12 +126,15 @@ def _row(row_id: str, scenario_id: str, kind: Kind, index: int, drawn: _Drawn) -
     return (row | {"condition": step.condition}) if step.condition else row
 
 
-class _Builder:
-    """Draws scenarios with one RNG, keeping every request unique across all files."""
+class ScenarioBuilder:
+    """Draws scenarios with one RNG, keeping every request unique across all files (unless
+    `unique_requests` is off: a corpus drawing many times more requests than a template has
+    slot values)."""
 
-    def __init__(self, seed: int, catalogue: Catalogue) -> None:
+    def __init__(self, seed: int, catalogue: Catalogue, *, unique_requests: bool = True) -> None:
         self.rng = random.Random(seed)
         self.catalogue = catalogue
+        self.unique_requests = unique_requests
         self.seen: set[str] = set()
         self.phrasing_of: dict[str, str] = {}
         self.planted: list[str] = []
@@ -192,6 +195,8 @@ class _Builder:
             request = template.format(**slots.placeholders())
             if lang == "en":
                 request = request[0].upper() + request[1:]
+            if not self.unique_requests:
+                return request, slots
             if normalise_prompt(request) not in self.seen:
                 self.seen.add(normalise_prompt(request))
                 return request, slots
@@ -266,7 +271,7 @@ def _unseen_jobs() -> tuple[list[SingleJob], list[MultiJob]]:
 def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
     """All shipped rows for `seed`; raises if any generated params break the catalogue's schema."""
     catalogue = catalogue or load_catalogue()
-    builder = _Builder(seed, catalogue)
+    builder = ScenarioBuilder(seed, catalogue)
     files = {}
     for split in ("train", "eval"):
         files[f"{split}/single_step.jsonl"] = builder.single_rows(split, builder.single_jobs(split))

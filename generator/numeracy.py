@@ -156,14 +156,17 @@ def _exercise_row(
     }
 
 
-def build_exercises(seed: int, catalogue: Catalogue) -> list[dict[str, Any]]:
-    """Every exercise of numeracy.yaml's counts, shuffled, each request unique; raises if a
-    reply breaks the respond tool's params schema."""
-    rng = random.Random(f"numeracy-{seed}")  # its own stream: the shipped scenarios ignore it
+def build_exercises(
+    seed: int, catalogue: Catalogue, *, rounds: int = 1, stream: str = "numeracy"
+) -> list[dict[str, Any]]:
+    """Every exercise of numeracy.yaml's counts (`rounds` times each), shuffled, each request
+    unique; raises if a reply breaks the respond tool's params schema. `stream` names the RNG
+    (the shipped file's is "numeracy"; another use draws other figures)."""
+    rng = random.Random(f"{stream}-{seed}")  # its own stream: the shipped scenarios ignore it
     phrases, seen, drawn = numeracy_phrases(), set(), []
     for exercise, n in phrases.rows.items():
         wording = phrases.of(exercise)
-        for index in range(n):
+        for index in range(n * rounds):
             lang = LANGS[index % 2]
             for _ in range(500):
                 template = rng.choice(wording.requests.of(lang))

@@ -1,4 +1,4 @@
-"""`python -m toolgrpo.training {sft,grpo} --run-dir DIR [--preset NAME | --config FILE]`.
+"""`python -m toolgrpo.training {sft,grpo,base} --run-dir DIR [--preset NAME | --config FILE]`.
 
 The process a Prefect task (or `accelerate launch -m toolgrpo.training`) starts (GRPO also takes
 `--init DIR`): it reads the run folder's config (or writes the one given), places it on this
@@ -18,6 +18,7 @@ import datasets
 import torch
 import transformers
 
+from toolgrpo.training.base import run_base
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
     ConfigError,
@@ -36,7 +37,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m toolgrpo.training", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("stage", choices=["sft", "grpo"])
+    parser.add_argument("stage", choices=["sft", "grpo", "base"])
     parser.add_argument("--run-dir", type=Path, required=True, help="the run folder")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--preset", help="start the run folder's config from this preset")
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(config.runtime.torch_threads)
         if args.stage == "sft":
             model_dir = run_sft(args.run_dir, config)
+        elif args.stage == "base":
+            model_dir = run_base(args.run_dir, config)
         else:
             model_dir = run_grpo(args.run_dir, config, args.init)
     except (ConfigError, BaseModelError, SamplesError, FileNotFoundError) as error:

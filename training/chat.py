@@ -22,13 +22,18 @@ def system_prompt(catalogue: Catalogue) -> str:
     )
 
 
-def chat_prompt(
-    tokenizer: PreTrainedTokenizerBase, prompt: str, catalogue: Catalogue | None = None
-) -> str:
-    """The chat-templated text for `prompt` (system prompt naming the tools of `catalogue`,
-    default the shipped one; user turn; assistant header)."""
-    messages = [
+def chat_messages(prompt: str, catalogue: Catalogue | None = None) -> list[dict[str, str]]:
+    """The system turn naming the tools of `catalogue` (default the shipped one), then `prompt`
+    as the user turn."""
+    return [
         {"role": "system", "content": system_prompt(catalogue or default_catalogue())},
         {"role": "user", "content": prompt},
     ]
+
+
+def chat_prompt(
+    tokenizer: PreTrainedTokenizerBase, prompt: str, catalogue: Catalogue | None = None
+) -> str:
+    """The chat-templated text for `prompt` (`chat_messages`, then the assistant header)."""
+    messages = chat_messages(prompt, catalogue)
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -9,6 +9,8 @@ training cache key of the retrain flow:
   (rows and tool catalogue): no (the retrain flow hashes the files' bytes themselves).
 - `model` — base model or tiny-model shape and tokenizer, LoRA, bf16: yes.
 - `sft`, `grpo` — each stage's hyperparameters, NGRPO and the reward: yes.
+- `base` — the recipe of `toolgrpo base build`: no (a run reads a built base by
+  `model.base_model`; the build keys its own cache).
 - `runtime` — device, threads, processes, checkpoints, logging, the eval subset: no.
 
 The `sft`, `grpo` and `runtime` sections name their fields as TRL does, and `sft.py` / `grpo.py`
@@ -269,6 +271,25 @@ class GRPOSection(TrlSection):
         return self
 
 
+class BaseSection(Section):
+    """The recipe of `toolgrpo base build` (issue #16's lever 3): the tiny model pretrained as a
+    language model on numeracy exercises and fresh scenario prompts (`generator.base_corpus`),
+    with the `sft` section's batches and schedule; SFT starts from it via `model.base_model`."""
+
+    exercise_rounds: int = Field(
+        10, ge=0, description="numeracy exercises: this many times data/aux's 800 (new figures)"
+    )
+    request_rounds: int = Field(
+        4, ge=0, description="fresh draws of the training scenarios' requests and observations"
+    )
+    num_train_epochs: float = Field(2, gt=0, description="epochs over the corpus")
+    learning_rate: float = Field(2e-3, gt=0, description="peak of the learning-rate schedule")
+    held_out: list[Path] = Field(
+        default_factory=lambda: sorted((DATA_DIR / "eval").glob("*.jsonl")),
+        description="files whose prompts the corpus must not contain (the eval files)",
+    )
+
+
 class StageProcesses(Section):
     """GRPO's processes and threads where they differ from the runtime section's: on a CPU,
     sampling from a tiny model is latency-bound, so two one-thread processes beat one process of
@@ -358,6 +379,7 @@ _NOT_WEIGHTS: dict[str, Any] = {
     "preset": True,
     "runtime": True,
     "data": {"train_single_step", "train_multistep", "train_aux", "catalogue"},
+    "base": True,  # read by `toolgrpo base build` only, which keys its own cache (base card)
     "grpo": {
         "vllm_mode",
         "vllm_server_base_url",
@@ -377,6 +399,7 @@ class TrainConfig(Section):
     model: ModelSection = ModelSection()
     sft: SFTSection = SFTSection()
     grpo: GRPOSection = GRPOSection()
+    base: BaseSection = BaseSection()
     runtime: RuntimeSection = RuntimeSection()
 
     def for_stage(self, stage: str) -> TrainConfig:
