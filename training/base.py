@@ -9,6 +9,8 @@ an ordinary `save_pretrained` directory that `model.base_model` points SFT at.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from datasets import Dataset
@@ -16,6 +18,8 @@ from transformers import PreTrainedTokenizerBase
 from trl import SFTConfig
 
 from toolgrpo.generator.base_corpus import Passage, base_corpus
+from toolgrpo.reporting.files import write_text_file
+from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.training.chat import chat_messages, chat_prompt
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
@@ -24,6 +28,7 @@ from toolgrpo.training.sft import SFTTrainerSeeded, initial_model
 from toolgrpo.training.stage import train_and_save
 
 STAGE = "base"
+CORPUS_RECORD = "corpus.json"
 
 
 def corpus_passages(config: TrainConfig) -> list[Passage]:
@@ -39,14 +44,21 @@ def corpus_passages(config: TrainConfig) -> list[Passage]:
     )
 
 
-def passage_text(tokenizer: PreTrainedTokenizerBase, passage: Passage, config: TrainConfig) -> str:
+def passage_text(tokenizer: PreTrainedTokenizerBase, passage: Passage, catalogue: Catalogue) -> str:
     """A passage as the model reads it in use: the system and user turns (a request ends at its
     end of turn, the eos), then an exercise's answer (TRL appends the eos to it)."""
-    catalogue = config.data.tool_catalogue()
     if passage.answer is None:
         messages = chat_messages(passage.prompt, catalogue)
         return tokenizer.apply_chat_template(messages, tokenize=False).rstrip("\n")
     return chat_prompt(tokenizer, passage.prompt, catalogue) + passage.answer
+
+
+def write_corpus_record(path: Path, tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> None:
+    """What the base read, for its card: passages, tokens, and a hash of the texts."""
+    digest = hashlib.sha256("\n\0".join(texts).encode()).hexdigest()
+    tokens = sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    record = {"passages": len(texts), "tokens": tokens, "sha256": digest}
+    write_text_file(path, json.dumps(record, indent=2) + "\n")
 
 
 def run_base(run_dir: Path, config: TrainConfig) -> Path:
@@ -63,7 +75,10 @@ def run_base(run_dir: Path, config: TrainConfig) -> Path:
     }
     args = SFTConfig(**config.trainer_arguments(stage_dir), **arguments)
     tokenizer, model = initial_model(config, stage_dir, args)
-    texts = [passage_text(tokenizer, passage, config) for passage in corpus_passages(config)]
+    catalogue = config.data.tool_catalogue()
+    texts = [passage_text(tokenizer, passage, catalogue) for passage in corpus_passages(config)]
+    if args.process_index == 0:
+        write_corpus_record(stage_dir / CORPUS_RECORD, tokenizer, texts)
     trainer = SFTTrainerSeeded(
         model=model,
         args=args,
