@@ -26,6 +26,8 @@ PREFECT_API_PROBE_S = 3.0
 app = App(name="toolgrpo", help="Train and monitor tool-selecting agents with GRPO + NGRPO.")
 data_app = App(name="data", help="The shipped dataset.")
 app.command(data_app)
+base_app = App(name="base", help="A base model of our own, pretrained from scratch.")
+app.command(base_app)
 
 
 def say(text: str, error: bool = False) -> None:
@@ -108,6 +110,42 @@ def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
     for path in written:
         rows = dataset.files.get(path.relative_to(out).as_posix())
         print(f"{path}: {len(rows)} rows" if rows is not None else f"{path}")
+    return 0
+
+
+@base_app.command(name="build")
+def build_base(
+    *,
+    out: Path,
+    preset: Literal["smoke", "cpu", "gpu"] = "cpu",
+    set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
+    runs: Path = Path("runs"),
+) -> int:
+    """Pretrain the tiny model of PRESET on numeracy exercises and fresh scenario prompts, and
+    write it with its card to OUT (nothing is built when OUT holds the base of the same data,
+    code and settings; a stopped build resumes). --set FIELD=VALUE overrides a config field
+    (`base.*`: the recipe). SFT starts from it with `--set model.base_model=OUT`.
+    Exit 0: built or found; 1: training failed; 2: usage error.
+    """
+    from toolgrpo.flows.base import build_base as build
+    from toolgrpo.tasks.train import StageFailed
+    from toolgrpo.training.config import load_preset
+
+    try:
+        overrides = config_overrides(set_ or [])
+        load_preset(preset).with_overrides(overrides)
+    except ValueError as error:  # ConfigError included
+        say(f"toolgrpo base build: {error}", error=True)
+        return 2
+    try:
+        result = build(out=out, preset=preset, overrides=overrides, runs=runs)
+    except StageFailed as error:
+        say(f"toolgrpo base build: {error}", error=True)
+        return 1
+    card = result.card
+    state = "built" if result.built else "already built (same key)"
+    say(f"base {state}: {out} · {card.steps} steps · final loss {card.final_loss:.4f}")
+    say(f"key {card.key[:12]} · start SFT from it with --set model.base_model={out}")
     return 0
 
 
@@ -552,7 +590,17 @@ def notify_on_failure(*, block: str) -> int:
 
 
 # The commands that run flows, and so need the Prefect API (`data generate` and help do not).
-FLOW_COMMANDS = (validate, evaluate, mine, apply_review, run, ablate, serve, notify_on_failure)
+FLOW_COMMANDS = (
+    validate,
+    evaluate,
+    mine,
+    apply_review,
+    run,
+    ablate,
+    build_base,
+    serve,
+    notify_on_failure,
+)
 
 
 class _NoTracebacks(logging.Filter):

@@ -55,6 +55,31 @@ def replace_file(path: Path, write: Callable[[Path], object]) -> Path:
     return path
 
 
+def replace_dir(path: Path, write: Callable[[Path], object]) -> Path:
+    """The folder `path`, filled by `write(temporary folder)` beside it and then renamed into
+    place (the old folder, if any, renamed away first and removed last), so a reader sees the
+    old folder or the new one whole, never a half-written one; on an error the old one stays."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    old = path.with_name(f".{path.name}.{secrets.token_hex(4)}.old")
+    try:
+        temporary.mkdir(parents=True)
+        write(temporary)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(temporary, path)
+    except BaseException as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if old.exists() and not path.exists():
+            os.replace(old, path)
+        if isinstance(error, OSError):
+            reason = error.strerror or str(error)
+            raise WriteFailed(f"cannot write {path}: {reason}; the folder is unchanged") from error
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
 def write_text_file(path: Path, text: str) -> Path:
     """`text` as the UTF-8 file `path`, replaced whole."""
     return replace_file(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))

@@ -48,7 +48,7 @@ from toolgrpo.training.device import place_here
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
 from toolgrpo.training.stage import last_checkpoint, saved_checkpoints
 
-Stage = Literal["sft", "grpo"]
+Stage = Literal["sft", "grpo", "base"]
 TAIL_LINES = 30
 PROGRESS_INTERVAL_S = 5.0
 KILL_GRACE_S = 10.0

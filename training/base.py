@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from datasets import Dataset
+from pydantic import BaseModel
 from transformers import PreTrainedTokenizerBase
 from trl import SFTConfig
 
+from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.base_corpus import Passage, base_corpus
 from toolgrpo.reporting.files import write_text_file
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.training.chat import chat_messages, chat_prompt
 from toolgrpo.training.config import TrainConfig
-from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
+from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback, read_metrics
 from toolgrpo.training.samples import read_samples
 from toolgrpo.training.sft import SFTTrainerSeeded, initial_model
 from toolgrpo.training.stage import train_and_save
@@ -53,6 +57,46 @@ def passage_text(tokenizer: PreTrainedTokenizerBase, passage: Passage, catalogue
     return chat_prompt(tokenizer, passage.prompt, catalogue) + passage.answer
 
 
+# The modules a base build runs (the config's settings enter the key as values, not as code).
+BUILD_CODE = ("base", "chat", "metrics", "model", "samples", "sft", "stage")
+# SFT's fields a build does not read: it trains its own epochs at its own peak, on every token.
+_SFT_NOT_READ = {"multistep_fraction", "num_train_epochs", "learning_rate", "completion_only_loss"}
+
+
+def build_inputs(config: TrainConfig) -> list[Path]:
+    """Every file a base build reads: the training rows and catalogue (its tokenizer), the
+    held-out files (what the corpus leaves out), the corpus's wording, and the code that builds
+    the corpus and trains on it."""
+    package = Path(__file__).resolve().parents[1]
+    code = [package / "training" / f"{name}.py" for name in BUILD_CODE]
+    code += sorted((package / "generator").glob("*.py"))
+    code += sorted((DATA_DIR / "phrases").glob("*.yaml"))
+    data = [config.data.train_single_step, config.data.train_multistep, config.data.catalogue]
+    return [*data, *config.base.held_out, *code]
+
+
+def build_settings(config: TrainConfig) -> dict[str, Any]:
+    """The settings that change a built base: the seed, the tiny model, the recipe, and the SFT
+    section's batches and schedule it trains with."""
+    return {
+        "seed": config.seed,
+        "tiny": config.model.tiny.model_dump(mode="json"),
+        "bf16": config.model.bf16,
+        "sft": config.sft.model_dump(mode="json", exclude=_SFT_NOT_READ),
+        "base": config.base.model_dump(mode="json", exclude={"held_out"}),
+    }
+
+
+def build_key(config: TrainConfig) -> str:
+    """The content key of a base build: a sha256 of `build_inputs`' bytes and `build_settings`;
+    a base whose card holds the same key is this config's base, so it is not built again."""
+    digest = hashlib.sha256()
+    for path in build_inputs(config):
+        digest.update(path.read_bytes())
+    digest.update(json.dumps(build_settings(config), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
 def write_corpus_record(path: Path, tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> None:
     """What the base read, for its card: passages, tokens, and a hash of the texts."""
     digest = hashlib.sha256("\n\0".join(texts).encode()).hexdigest()
@@ -66,6 +110,10 @@ def run_base(run_dir: Path, config: TrainConfig) -> Path:
     directory `<run_dir>/base/model`: the SFT stage's tiny model (same tokenizer, same seed),
     trained on every token of the corpus with the SFT section's batches and schedule."""
     stage_dir = run_dir / STAGE
+    # A base is built from scratch, whatever base the config's later stages start from.
+    config = config.model_copy(
+        update={"model": config.model.model_copy(update={"base_model": None})}
+    )
     recipe = config.base
     arguments = config.sft.trl_arguments() | {
         "num_train_epochs": recipe.num_train_epochs,
@@ -87,3 +135,76 @@ def run_base(run_dir: Path, config: TrainConfig) -> Path:
         callbacks=[MetricsFileCallback(stage_dir / METRICS_FILENAME)],
     )
     return train_and_save(trainer, tokenizer, stage_dir, config)
+
+
+class BaseCard(BaseModel):
+    """What a built base is and how to build it again: the content key its cache is checked by,
+    what it read and how it trained, the hash of its weights, and the command."""
+
+    key: str
+    command: str
+    settings: dict[str, Any]
+    corpus: dict[str, Any]
+    steps: int
+    final_loss: float
+    weights_sha256: str
+    versions: dict[str, str]
+    torch_threads: int | None
+
+    def markdown(self) -> str:
+        """The card as a Hugging Face model card (README.md: YAML metadata, then prose)."""
+        corpus, recipe = self.corpus, self.settings["base"]
+        tiny = self.settings["tiny"]
+        return "\n".join(
+            [
+                "---",
+                "library_name: transformers",
+                "pipeline_tag: text-generation",
+                f"tags: [toolgrpo, base, seed-{self.settings['seed']}]",
+                "---",
+                "",
+                "# toolgrpo base",
+                "",
+                f"A Qwen2 of hidden size {tiny['hidden_size']} and {tiny['num_layers']} layers, "
+                f"pretrained from scratch as a language model on {corpus['passages']:,} passages "
+                f"({corpus['tokens']:,} tokens): numeracy exercises "
+                f"({recipe['exercise_rounds']} × data/aux's counts) and the requests and "
+                f"observations of {recipe['request_rounds']} fresh draws of the training "
+                "scenarios, never an eval prompt, never a thought, tool or plan "
+                "(`toolgrpo.generator.base_corpus`). SFT starts from it with "
+                "`--set model.base_model=<this folder>`.",
+                "",
+                f"- build key: `{self.key}`",
+                f"- corpus sha256: `{corpus['sha256']}`",
+                f"- weights (model.safetensors) sha256: `{self.weights_sha256}`",
+                f"- {self.steps} steps, final loss {self.final_loss:.4f}, "
+                f"{recipe['num_train_epochs']:g} epochs at a peak of {recipe['learning_rate']:g}",
+                "- versions: " + ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items())),
+                f"- torch threads: {self.torch_threads}",
+                "",
+                "Rebuild (the same weights byte for byte with the same versions and threads):",
+                "",
+                "```bash",
+                self.command,
+                "```",
+                "",
+            ]
+        )
+
+
+def base_card(config: TrainConfig, stage_dir: Path, key: str, command: str) -> BaseCard:
+    """The card of the base trained in `stage_dir` for `config` (key from `build_key`)."""
+    metrics = read_metrics(stage_dir / METRICS_FILENAME)
+    losses = [line for line in metrics if "loss" in line]
+    weights = stage_dir / "model" / "model.safetensors"
+    return BaseCard(
+        key=key,
+        command=command,
+        settings=build_settings(config),
+        corpus=json.loads((stage_dir / CORPUS_RECORD).read_text(encoding="utf-8")),
+        steps=losses[-1]["step"] if losses else 0,
+        final_loss=losses[-1]["loss"] if losses else float("nan"),
+        weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
+        versions={name: version(name) for name in ("torch", "transformers", "trl")},
+        torch_threads=config.runtime.torch_threads,
+    )

@@ -27,7 +27,7 @@ from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.flows import cli
 from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
-from toolgrpo.reporting.files import write_csv_file
+from toolgrpo.reporting.files import replace_dir, write_csv_file
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
@@ -209,6 +209,24 @@ def test_failing_csv_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="the file is unchanged"):
         write_csv_file(pl.DataFrame({"id": ["c"]}), path)
     assert path.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["failures.csv"]
+
+
+def test_failing_folder_write_leaves_the_old_folder_intact_and_a_good_one_replaces_it(tmp_path):
+    """A base folder is published whole: a build that fails half-way leaves the old base as it
+    was (and no temporary folder), one that succeeds replaces every file."""
+    base = replace_dir(tmp_path / "base", lambda folder: (folder / "a").write_text("old"))
+
+    def write_half(folder: Path) -> None:
+        (folder / "a").write_text("cut")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="the folder is unchanged"):
+        replace_dir(base, write_half)
+    assert [p.name for p in tmp_path.iterdir()] == ["base"] and (base / "a").read_text() == "old"
+    replace_dir(base, lambda folder: (folder / "b").write_text("new"))
+    assert [p.name for p in base.iterdir()] == ["b"] and [p.name for p in tmp_path.iterdir()] == [
+        "base"
+    ]
 
 
 # --- apply-review: refuse now what the next run would reject ---------------------------------

@@ -14,6 +14,7 @@ import pytest
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.cli import generate
+from toolgrpo.generator.base_corpus import Passage, base_corpus
 from toolgrpo.generator.build import (
     PLANTED_FILE,
     Dataset,
@@ -188,11 +189,28 @@ def _template_pattern(template: str) -> re.Pattern[str]:
     )
 
 
-def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(shipped, dataset):
+@pytest.fixture(scope="module")
+def base_passages(shipped) -> list[Passage]:
+    """A small base corpus (two draws of the scenarios), the eval prompts left out as the base
+    build leaves them out."""
+    held_out = [
+        row["prompt"] for name in FILES if name.startswith("eval/") for row in shipped[name]
+    ]
+    return base_corpus(
+        0, load_catalogue(), exercise_rounds=1, request_rounds=2, excluded_prompts=held_out
+    )
+
+
+def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(
+    shipped, dataset, base_passages
+):
     """Held-out numbers are honest: no eval prompt is trained on, the unseen-phrasing templates
-    match no training or exercise request, and the exercises match no request template at all."""
+    match no training, exercise or base-corpus request, and the exercises match no request
+    template at all."""
     exercises = _read(EXERCISES_FILE)
+    corpus = [{"id": f"base-{i}", "prompt": p.prompt} for i, p in enumerate(base_passages)]
     trained = shipped["train/single_step.jsonl"] + shipped["train/multistep.jsonl"] + exercises
+    trained += corpus
     held_out = [row for name in FILES if name.startswith("eval/") for row in shipped[name]]
     trained_prompts = {normalise_prompt(row["prompt"]) for row in trained}
     assert [r["id"] for r in held_out if normalise_prompt(r["prompt"]) in trained_prompts] == []
@@ -226,6 +244,17 @@ def test_exercises_are_respond_rows_outside_the_counted_training_rows(dataset):
         solution = json.loads(row["solution"])
         assert any(word in solution["thought"].lower() for word in LOGIC_WORDS[row["lang"]])
         assert solution["plan"] and all(solution["plan"]), row["id"]
+
+
+def test_base_corpus_holds_exercises_and_scenario_prompts_but_no_decision(base_passages):
+    """The base reads figures, their comparisons and the domain's requests and observations;
+    every tool decision is left to SFT: a scenario passage is a prompt alone, and every answer
+    is an exercise's `respond`."""
+    exercises = [p for p in base_passages if p.answer is not None]
+    prompts = [p.prompt for p in base_passages if p.answer is None]
+    assert len(exercises) == 800
+    assert {json.loads(p.answer)["action"]["tool"] for p in exercises} == {"respond"}
+    assert len(prompts) > 2 * 454 and any(HISTORY_MARK in prompt for prompt in prompts)
 
 
 def test_exercise_working_multiplies_by_place_value():
