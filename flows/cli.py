@@ -459,7 +459,7 @@ def retrain_parameters(
     line saying what is wrong; `--set` fields get a "did you mean"."""
     from pydantic import ValidationError
 
-    from toolgrpo.flows.retrain_parameters import FLOW_FIELDS, RetrainOverrides
+    from toolgrpo.flows.retrain_parameters import BASE_RECIPE, FLOW_FIELDS, RetrainOverrides
     from toolgrpo.schemas.catalogue import load_catalogue
     from toolgrpo.schemas.errors import validation_problems
     from toolgrpo.training.config import load_preset
@@ -468,6 +468,11 @@ def retrain_parameters(
     if owned := sorted(overrides.keys() & FLOW_FIELDS.keys()):
         option = "--" + FLOW_FIELDS[owned[0]].removesuffix("_files")
         raise ValueError(f"--set {owned[0]}: the run sets it from {option}")
+    if recipe := sorted(field for field in overrides if field.startswith(f"{BASE_RECIPE}.")):
+        raise ValueError(
+            f"--set {recipe[0]}: `toolgrpo base build` reads it, no run does; start a run from "
+            "a built base with --set model.base_model=DIR"
+        )
     load_preset(preset, overrides)  # a bad field or value, with "did you mean"
     if catalogue is not None:
         load_catalogue(catalogue)

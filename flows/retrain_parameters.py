@@ -11,5 +11,8 @@ FLOW_FIELDS = {
     "data.train_multistep": "train_files",
     "data.catalogue": "catalogue",
 }
+# A section no run reads: the recipe of `toolgrpo base build` (a run reads a built base through
+# `model.base_model`).
+BASE_RECIPE = "base"
 # The training config fields a run can override, typed and described for the deployment form.
-RetrainOverrides = overrides_model(skip=FLOW_FIELDS)
+RetrainOverrides = overrides_model(skip={*FLOW_FIELDS, BASE_RECIPE})

@@ -22,6 +22,7 @@ from toolgrpo.flows.retrain import retrain
         (["runtime.use_cpu=true"], "did you mean 'runtime.device'"),
         (["data.catalogue=x.json"], "the run sets it from --catalogue"),
         (["data.train_multistep=x.jsonl"], "the run sets it from --train"),
+        (["base.exercise_rounds=3"], "`toolgrpo base build` reads it, no run does"),
     ],
 )
 def test_a_bad_override_exits_2_with_one_line_and_no_run(tmp_path, capsys, set_, message):

@@ -74,7 +74,10 @@ def test_override_values_from_a_command_line_are_parsed():
             "runtime.use_cpu: unknown field (did you mean 'runtime.device'?)",
         ),
         ({"lora_r": 8}, "did you mean 'model.lora.r'?"),  # renamed, unlike its new name
-        ({"learning_rate": 1}, "did you mean 'sft.learning_rate' or 'grpo.learning_rate'?"),
+        (
+            {"learning_rate": 1},
+            "did you mean 'sft.learning_rate' or 'grpo.learning_rate' or 'base.learning_rate'?",
+        ),
         ({"sft.multistep_fraction": 1.5}, "sft.multistep_fraction: Input should be less than"),
         ({"grpo.reward_points.params": -0.2}, "grpo.reward_points: reward weights must be >= 0"),
         ({"runtime.grpo.num_processes": 3}, "32 completions per step do not split over GRPO's 3"),
