@@ -14,11 +14,29 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
-from toolgrpo.tasks.base import publish_base, read_card
+from toolgrpo.tasks.base import CARD_JSON, publish_base, read_card
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training.base import STAGE, BaseCard, base_card, build_key
 from toolgrpo.training.config import load_preset
+
+
+class NotABaseFolder(ValueError):
+    """OUT exists and holds something other than a base: a build replaces OUT whole, so it
+    refuses to rather than delete what is there."""
+
+
+def check_out(out: Path) -> None:
+    """Raise `NotABaseFolder` unless OUT is absent, an empty folder, or a base (has a card)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise NotABaseFolder(f"{out} is a file; --out names the folder the base is written to")
+    if any(out.iterdir()) and not (out / CARD_JSON).is_file():
+        raise NotABaseFolder(
+            f"{out} holds files but no base ({CARD_JSON}); a build replaces the folder whole, "
+            "so choose a new or empty folder"
+        )
 
 
 class BaseBuild(BaseModel):
@@ -44,7 +62,9 @@ def build_base(
     timeout_s: float = 7200.0,
 ) -> BaseBuild:
     """Build the base of PRESET (with dotted OVERRIDES) into OUT, training in a new folder of
-    RUNS; when OUT already holds the base of the same key, return it unchanged."""
+    RUNS; when OUT already holds the base of the same key, return it unchanged. Raises
+    `NotABaseFolder` before anything runs when OUT holds something else."""
+    check_out(out)
     logger = get_run_logger()
     overrides = overrides or {}
     config = load_preset(preset).with_overrides(overrides)

@@ -128,13 +128,15 @@ def build_base(
     Exit 0: built or found; 1: training failed; 2: usage error.
     """
     from toolgrpo.flows.base import build_base as build
+    from toolgrpo.flows.base import check_out
     from toolgrpo.tasks.train import StageFailed
     from toolgrpo.training.config import load_preset
 
     try:
         overrides = config_overrides(set_ or [])
         load_preset(preset).with_overrides(overrides)
-    except ValueError as error:  # ConfigError included
+        check_out(out)
+    except ValueError as error:  # ConfigError and NotABaseFolder included
         say(f"toolgrpo base build: {error}", error=True)
         return 2
     try:

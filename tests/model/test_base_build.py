@@ -5,6 +5,7 @@ import hashlib
 
 import pytest
 
+from toolgrpo.flows import cli
 from toolgrpo.flows.base import build_base
 from toolgrpo.tasks.base import CARD_JSON, CARD_MARKDOWN, read_card
 from toolgrpo.training.base import build_key, passage_text
@@ -72,3 +73,12 @@ def test_the_key_follows_what_the_build_reads_not_the_later_stages():
     for later in ("sft.num_train_epochs", "grpo.max_steps", "runtime.torch_threads"):
         assert build_key(config.with_overrides({later: 1})) == key, later
     assert build_key(config.with_overrides({"model.base_model": "/elsewhere"})) == key
+
+
+def test_a_folder_that_holds_no_base_is_refused_before_anything_runs(tmp_path, capsys):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine")
+    assert cli.build_base(out=project, preset="smoke", runs=tmp_path / "runs") == 2
+    assert "holds files but no base" in capsys.readouterr().err
+    assert [p.name for p in project.iterdir()] == ["notes.txt"] and not (tmp_path / "runs").exists()
