@@ -63,16 +63,27 @@ BUILD_CODE = ("base", "chat", "metrics", "model", "samples", "sft", "stage")
 _SFT_NOT_READ = {"multistep_fraction", "num_train_epochs", "learning_rate", "completion_only_loss"}
 
 
-def build_inputs(config: TrainConfig) -> list[Path]:
-    """Every file a base build reads: the training rows and catalogue (its tokenizer), the
-    held-out files (what the corpus leaves out), the corpus's wording, and the code that builds
-    the corpus and trains on it."""
+def build_inputs(config: TrainConfig) -> dict[str, list[Path]]:
+    """Every file a base build reads, as `data` (the training rows and catalogue its tokenizer
+    is trained on, the held-out files the corpus leaves out) and `code` (the corpus's wording,
+    and the code that builds the corpus and trains on it)."""
     package = Path(__file__).resolve().parents[1]
     code = [package / "training" / f"{name}.py" for name in BUILD_CODE]
     code += sorted((package / "generator").glob("*.py"))
     code += sorted((DATA_DIR / "phrases").glob("*.yaml"))
     data = [config.data.train_single_step, config.data.train_multistep, config.data.catalogue]
-    return [*data, *config.base.held_out, *code]
+    return {"data": [*data, *config.base.held_out], "code": code}
+
+
+def input_hashes(config: TrainConfig) -> dict[str, str]:
+    """A sha256 of each group of `build_inputs`' bytes: what the card shows as data and code."""
+    hashes = {}
+    for group, paths in build_inputs(config).items():
+        digest = hashlib.sha256()
+        for path in paths:
+            digest.update(path.read_bytes())
+        hashes[group] = digest.hexdigest()
+    return hashes
 
 
 def build_settings(config: TrainConfig) -> dict[str, Any]:
@@ -88,13 +99,10 @@ def build_settings(config: TrainConfig) -> dict[str, Any]:
 
 
 def build_key(config: TrainConfig) -> str:
-    """The content key of a base build: a sha256 of `build_inputs`' bytes and `build_settings`;
-    a base whose card holds the same key is this config's base, so it is not built again."""
-    digest = hashlib.sha256()
-    for path in build_inputs(config):
-        digest.update(path.read_bytes())
-    digest.update(json.dumps(build_settings(config), sort_keys=True).encode())
-    return digest.hexdigest()
+    """The content key of a base build: a sha256 of `input_hashes` and `build_settings`; a base
+    whose card holds the same key is this config's base, so it is not built again."""
+    identity = {"inputs": input_hashes(config), "settings": build_settings(config)}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
 def write_corpus_record(path: Path, tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> None:
@@ -143,6 +151,7 @@ class BaseCard(BaseModel):
 
     key: str
     command: str
+    inputs: dict[str, str]
     settings: dict[str, Any]
     corpus: dict[str, Any]
     steps: int
@@ -168,19 +177,30 @@ class BaseCard(BaseModel):
                 f"A Qwen2 of hidden size {tiny['hidden_size']} and {tiny['num_layers']} layers, "
                 f"pretrained from scratch as a language model on {corpus['passages']:,} passages "
                 f"({corpus['tokens']:,} tokens): numeracy exercises "
-                f"({recipe['exercise_rounds']} × data/aux's counts) and the requests and "
-                f"observations of {recipe['request_rounds']} fresh draws of the training "
-                "scenarios, never an eval prompt, never a thought, tool or plan "
+                f"(data/aux's counts × {recipe['exercise_rounds']}) and the requests and "
+                "observations of fresh draws of the training scenarios (× "
+                f"{recipe['request_rounds']}), never an eval prompt, never a thought, tool or plan "
                 "(`toolgrpo.generator.base_corpus`). SFT starts from it with "
                 "`--set model.base_model=<this folder>`.",
                 "",
-                f"- build key: `{self.key}`",
+                f"- build key: `{self.key}`, of the seed ({self.settings['seed']}), the "
+                "settings below and these hashes:",
+                f"- data (training rows, catalogue, held-out files) sha256: "
+                f"`{self.inputs['data']}`",
+                f"- code (corpus generator, its wording, the build's training modules) sha256: "
+                f"`{self.inputs['code']}`",
                 f"- corpus sha256: `{corpus['sha256']}`",
                 f"- weights (model.safetensors) sha256: `{self.weights_sha256}`",
                 f"- {self.steps} steps, final loss {self.final_loss:.4f}, "
                 f"{recipe['num_train_epochs']:g} epochs at a peak of {recipe['learning_rate']:g}",
                 "- versions: " + ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items())),
                 f"- torch threads: {self.torch_threads}",
+                "",
+                "Settings:",
+                "",
+                "```json",
+                json.dumps(self.settings, indent=2, sort_keys=True),
+                "```",
                 "",
                 "Rebuild (the same weights byte for byte with the same versions and threads):",
                 "",
@@ -200,6 +220,7 @@ def base_card(config: TrainConfig, stage_dir: Path, key: str, command: str) -> B
     return BaseCard(
         key=key,
         command=command,
+        inputs=input_hashes(config),
         settings=build_settings(config),
         corpus=json.loads((stage_dir / CORPUS_RECORD).read_text(encoding="utf-8")),
         steps=losses[-1]["step"] if losses else 0,

@@ -41,7 +41,10 @@ def test_a_build_writes_a_loadable_model_with_its_card(built):
     assert read_card(out) == first.card
     assert first.card.key == build_key(load_preset("smoke").with_overrides(TINY_RECIPE))
     assert first.card.weights_sha256 == _weights_hash(out)
-    assert "toolgrpo base build --preset smoke" in (out / CARD_MARKDOWN).read_text()
+    card_text = (out / CARD_MARKDOWN).read_text()
+    assert "toolgrpo base build --preset smoke" in card_text
+    for group in ("data", "code"):
+        assert f"`{first.card.inputs[group]}`" in card_text
     assert (out / CARD_JSON).is_file() and not (out / "training_args.bin").exists()
     tokenizer, model = load_model(out, load_preset("smoke").model)
     assert tokenizer.eos_token == "<|im_end|>" and model.config.num_hidden_layers == 2
