@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from toolgrpo.generator.numeracy import build_exercises
+from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import load_preset
@@ -63,12 +64,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = cover_exercises(args.n, args.seed)
-    results = {str(base): score(base, rows) for base in args.bases}
+    table = [{"base": str(base), **score(base, rows)} for base in args.bases]
     print(f"{len(rows)} fresh cover exercises, greedy; right / {len(rows)}")
-    print("| base | " + " | ".join(next(iter(results.values()))) + " |")
-    print("|---|" + "---|" * len(next(iter(results.values()))))
-    for base, right in results.items():
-        print(f"| {base} | " + " | ".join(str(v) for v in right.values()) + " |")
+    print(markdown_table(table))
 
 
 if __name__ == "__main__":
