@@ -44,6 +44,7 @@ def corpus_passages(config: TrainConfig) -> list[Passage]:
         config.data.tool_catalogue(),
         exercise_rounds=recipe.exercise_rounds,
         request_rounds=recipe.request_rounds,
+        copy_rounds=recipe.copy_rounds,
         excluded_prompts=held_out,
     )
 

@@ -282,6 +282,12 @@ class BaseSection(Section):
     request_rounds: int = Field(
         4, ge=0, description="fresh draws of the training scenarios' requests and observations"
     )
+    copy_rounds: int = Field(
+        0,
+        ge=0,
+        description="fresh draws of the training scenarios whose every prompt is answered with "
+        "the figures it states (accounts, tickers, amounts as written): copying drills",
+    )
     num_train_epochs: float = Field(2, gt=0, description="epochs over the corpus")
     learning_rate: float = Field(2e-3, gt=0, description="peak of the learning-rate schedule")
     held_out: list[Path] = Field(

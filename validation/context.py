@@ -51,7 +51,13 @@ from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.schemas.problems import Problem
 from toolgrpo.schemas.samples import MAX_SOLUTION_CHARS, PREVIOUS_STEPS_HEADER, condition_branch
 from toolgrpo.training.rewards import thought_action_consistent, tool_keywords
-from toolgrpo.validation.wording import keyword_hits, keyword_patterns, mask_identifiers
+from toolgrpo.validation.wording import (
+    ACCOUNT,
+    IDENTIFIER,
+    keyword_hits,
+    keyword_patterns,
+    mask_identifiers,
+)
 
 THOUGHT_ANNOUNCES_ACTION = "thought_announces_action"
 PLAN_STARTS_WITH_ACTION = "plan_starts_with_action"
@@ -70,6 +76,7 @@ AMOUNT = re.compile(
     re.IGNORECASE,
 )
 _HISTORY_LINE = re.compile(r"^Step (\d+): (\S+) → (.*)$", re.MULTILINE)
+_STEP_NUMBER = re.compile(r"^Step \d+:", re.MULTILINE)
 # What a limit's neighbours say about the direction of a price condition.
 _BELOW_BEFORE = re.compile(
     r"(?:\b(?:below|under|cheaper than|less than|lower than)|低于|跌破|不到)\s*$", re.IGNORECASE
@@ -99,6 +106,25 @@ def _amount(match: re.Match[str]) -> Amount:
 def amounts_in(text: str) -> list[Amount]:
     """Every amount written in `text`, in order (`"转 10万 到 ACC042"` → one: 100,000)."""
     return [_amount(match) for match in AMOUNT.finditer(text)]
+
+
+def figures_in(text: str) -> list[str]:
+    """The accounts, upper-case identifiers (tickers) and amounts `text` states, as written, in
+    order, the step numbers of its history left out: what an answer about it copies
+    (`"转 10万 从 ACC042 到 ACC149"` → 10万, ACC042, ACC149; `"Step 2: get_quote → META 现价
+    633.07"` → META, 633.07)."""
+    text = _STEP_NUMBER.sub(lambda m: " " * len(m.group()), text)
+    found = [(m.start(), -m.end(), m.group()) for m in ACCOUNT.finditer(text)]
+    found += [(m.start(), -m.end(), m.group()) for m in AMOUNT.finditer(text)]
+    found += [
+        (m.start(), -m.end(), m.group()) for m in IDENTIFIER.finditer(text) if len(m.group()) > 1
+    ]
+    figures, end = [], 0
+    for start, negative_end, figure in sorted(found):
+        if start >= end:  # the ACC of ACC042 is part of the account
+            figures.append(figure)
+            end = -negative_end
+    return figures
 
 
 def _number(value: float) -> str:

@@ -51,13 +51,13 @@ def keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str
     return hits
 
 
-_ACCOUNT = re.compile(r"ACC\d{3}")
+ACCOUNT = re.compile(r"ACC\d{3}")
 # Stock symbols and named accounts (AAPL, CHECKING) are upper-case slot values, not wording.
-_IDENTIFIER = re.compile(r"(?<![A-Za-z])[A-Z]+(?![A-Za-z])")
+IDENTIFIER = re.compile(r"(?<![A-Za-z])[A-Z]+(?![A-Za-z])")
 # ... and so are the same accounts written out: "my checking account" names no check_balance.
 _NAMED_ACCOUNT = re.compile(r"\b(?:checking|savings|brokerage|wealth) account\b", re.IGNORECASE)
 
 
 def mask_identifiers(text: str) -> str:
     """`text` with accounts and upper-case identifiers replaced by placeholders."""
-    return _IDENTIFIER.sub("<id>", _NAMED_ACCOUNT.sub("<acc>", _ACCOUNT.sub("<acc>", text)))
+    return IDENTIFIER.sub("<id>", _NAMED_ACCOUNT.sub("<acc>", ACCOUNT.sub("<acc>", text)))

@@ -14,7 +14,7 @@ import pytest
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.cli import generate
-from toolgrpo.generator.base_corpus import Passage, base_corpus
+from toolgrpo.generator.base_corpus import FIGURE_SEPARATOR, Passage, base_corpus
 from toolgrpo.generator.build import (
     PLANTED_FILE,
     Dataset,
@@ -37,6 +37,7 @@ from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.schemas.completion import Completion
 from toolgrpo.schemas.samples import normalise_prompt
 from toolgrpo.training.rewards import thought_action_consistent
+from toolgrpo.validation.context import figures_in
 
 FILES = [
     "train/single_step.jsonl",
@@ -191,13 +192,18 @@ def _template_pattern(template: str) -> re.Pattern[str]:
 
 @pytest.fixture(scope="module")
 def base_passages(shipped) -> list[Passage]:
-    """A small base corpus (two draws of the scenarios), the eval prompts left out as the base
-    build leaves them out."""
+    """A small base corpus (two draws of the scenarios' prompts, one of copy drills), the eval
+    prompts left out as the base build leaves them out."""
     held_out = [
         row["prompt"] for name in FILES if name.startswith("eval/") for row in shipped[name]
     ]
     return base_corpus(
-        0, load_catalogue(), exercise_rounds=1, request_rounds=2, excluded_prompts=held_out
+        0,
+        load_catalogue(),
+        exercise_rounds=1,
+        request_rounds=2,
+        copy_rounds=1,
+        excluded_prompts=held_out,
     )
 
 
@@ -246,15 +252,29 @@ def test_exercises_are_respond_rows_outside_the_counted_training_rows(dataset):
         assert solution["plan"] and all(solution["plan"]), row["id"]
 
 
-def test_base_corpus_holds_exercises_and_scenario_prompts_but_no_decision(base_passages):
-    """The base reads figures, their comparisons and the domain's requests and observations;
-    every tool decision is left to SFT: a scenario passage is a prompt alone, and every answer
-    is an exercise's `respond`."""
-    exercises = [p for p in base_passages if p.answer is not None]
+def test_base_corpus_holds_exercises_prompts_and_copy_drills_but_no_decision(base_passages):
+    """The base reads figures, their comparisons and the domain's requests and observations, and
+    copies figures from a prompt; every tool decision is left to SFT: a scenario passage is a
+    prompt alone or its figures, and every JSON answer is an exercise's `respond`."""
+    exercises = [p for p in base_passages if p.answer is not None and p.answer.startswith("{")]
+    drills = [p for p in base_passages if p.answer is not None and not p.answer.startswith("{")]
     prompts = [p.prompt for p in base_passages if p.answer is None]
     assert len(exercises) == 800
     assert {json.loads(p.answer)["action"]["tool"] for p in exercises} == {"respond"}
     assert len(prompts) > 2 * 454 and any(HISTORY_MARK in prompt for prompt in prompts)
+    # one drill per fresh row that states a figure: every step's prompt, histories included
+    assert len(drills) > 1_000 and any(HISTORY_MARK in p.prompt for p in drills)
+    for drill in drills:
+        figures = drill.answer.split(FIGURE_SEPARATOR)
+        assert all(figure in drill.prompt for figure in figures), drill
+        assert "Step 1:" not in figures
+
+
+def test_figures_are_what_a_prompt_states_as_written_in_order():
+    prompt = "用 ACC703 买 150 股 META\n\nPrevious steps:\nStep 1: check_balance → 余额 76,521 元"
+    assert figures_in(prompt) == ["ACC703", "150", "META", "76,521 元"]
+    assert figures_in("Can I send 10万 or $50 to ACC042? OK") == ["10万", "$50", "ACC042", "OK"]
+    assert figures_in("no figure here") == []
 
 
 def test_exercise_working_multiplies_by_place_value():
