@@ -6,8 +6,10 @@ from functools import partial
 from pathlib import Path
 
 from datasets import Dataset
+from transformers import PreTrainedTokenizerBase
 
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.training.arithmetic import arithmetic_reward
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
@@ -37,11 +39,29 @@ def grpo_config(config: TrainConfig, stage_dir: Path) -> NGRPOConfig:
 
 def reward_functions(config: TrainConfig, catalogue: Catalogue) -> list:
     """The ground-truth reward as its three components (summed by TRL, each logged on its own),
-    with the config's points and the tools of `catalogue`."""
-    return [
-        partial(reward, weights=config.grpo.reward_points, catalogue=catalogue)
-        for reward in COMPONENT_REWARDS
-    ]
+    plus the arithmetic component when it has points, with the config's points and the tools of
+    `catalogue`."""
+    weights = config.grpo.reward_points
+    rewards = [*COMPONENT_REWARDS, *([arithmetic_reward] if weights.arithmetic > 0 else [])]
+    return [partial(reward, weights=weights, catalogue=catalogue) for reward in rewards]
+
+
+def grpo_dataset(
+    config: TrainConfig, tokenizer: PreTrainedTokenizerBase, catalogue: Catalogue
+) -> Dataset:
+    """The GRPO prompts, chat-templated, with what the rewards read: the labelled `solution`,
+    and the prompt as written (`request`) and its `condition` for the arithmetic component."""
+    return Dataset.from_list(
+        [
+            {
+                **row,
+                "prompt": chat_prompt(tokenizer, row["prompt"], catalogue),
+                "request": row["prompt"],
+                "condition": row.get("condition"),
+            }
+            for row in grpo_rows(config)
+        ]
+    )
 
 
 def run_grpo(run_dir: Path, config: TrainConfig, init_dir: Path | None = None) -> Path:
@@ -53,12 +73,7 @@ def run_grpo(run_dir: Path, config: TrainConfig, init_dir: Path | None = None) -
         raise FileNotFoundError(f"{init_dir}: no model to start GRPO from; run the sft stage first")
     tokenizer, model = load_model(init_dir, config.model)
     catalogue = config.data.tool_catalogue()
-    dataset = Dataset.from_list(
-        [
-            {**row, "prompt": chat_prompt(tokenizer, row["prompt"], catalogue)}
-            for row in grpo_rows(config)
-        ]
-    )
+    dataset = grpo_dataset(config, tokenizer, catalogue)
     trainer = NGRPOTrainer(
         model=model,
         reward_funcs=reward_functions(config, catalogue),

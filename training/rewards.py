@@ -75,6 +75,11 @@ class RewardWeights:
     thought: float = _points(0.15, "points for a non-empty thought")
     logic_word: float = _points(0.05, "points for a logic word in the thought (case study)")
     plan: float = _points(0.10, "points for a non-empty plan of non-empty strings")
+    arithmetic: float = _points(
+        0.0,
+        "points for a conditional step whose thought states the two figures its condition "
+        "compares and whose action follows them (issue #16 lever 4; 0: off, not scored)",
+    )
 
     def __post_init__(self) -> None:
         negative = [f.name for f in fields(self) if getattr(self, f.name) < 0]
@@ -88,7 +93,8 @@ class RewardWeights:
 
     @property
     def max_reward(self) -> float:
-        return round(self.tool + self.params + self.thought + self.logic_word + self.plan, 6)
+        parts = (self.tool, self.params, self.thought, self.logic_word, self.plan, self.arithmetic)
+        return round(sum(parts), 6)
 
 
 DEFAULT_WEIGHTS = RewardWeights()

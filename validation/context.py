@@ -42,7 +42,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -145,6 +145,16 @@ class ExecutedStep:
     observation: str
 
 
+def split_prompt(prompt: str) -> tuple[str, dict[int, ExecutedStep]]:
+    """A prompt's request and its `Previous steps:` history, by step number."""
+    request, _, history = prompt.partition(PREVIOUS_STEPS_HEADER)
+    steps = {
+        int(step): ExecutedStep(tool, observation)
+        for step, tool, observation in _HISTORY_LINE.findall(history)
+    }
+    return request, steps
+
+
 @dataclass(frozen=True)
 class _Label:
     """A row as the rules read it: where it is, its request and history, its parsed label."""
@@ -174,7 +184,7 @@ class _Label:
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> _Label:
-        request, _, history = row["prompt"].partition(PREVIOUS_STEPS_HEADER)
+        request, history = split_prompt(row["prompt"])
         solution = first_json_object(row["solution"]) or {}
         action = solution.get("action") if isinstance(solution.get("action"), dict) else {}
         thought, plan = solution.get("thought"), solution.get("plan")
@@ -188,10 +198,7 @@ class _Label:
             tool=row["tool"],
             replies=None if branch is None else branch == "condition_fails",
             request=request,
-            history={
-                int(step): ExecutedStep(tool, observation)
-                for step, tool, observation in _HISTORY_LINE.findall(history)
-            },
+            history=history,
             thought=thought if isinstance(thought, str) and thought.strip() else None,
             params=action.get("params"),
             plan=plan if isinstance(plan, list) else [],
@@ -335,11 +342,11 @@ def step_named_by_request(
     )
 
 
-def _observed(label: _Label, tool: str) -> Amount | None:
+def _observed(history: dict[int, ExecutedStep], tool: str) -> Amount | None:
     """The one amount the latest executed `tool` step reports (a balance, a price)."""
-    for step in sorted(label.history, reverse=True):
-        if label.history[step].tool == tool:
-            amounts = amounts_in(label.history[step].observation)
+    for step in sorted(history, reverse=True):
+        if history[step].tool == tool:
+            amounts = amounts_in(history[step].observation)
             return amounts[0] if len(amounts) == 1 else None
     return None
 
@@ -356,30 +363,42 @@ def _price_limit(request: str) -> tuple[Amount, bool] | None:
     return limits[0] if len(limits) == 1 else None
 
 
-def _condition_holds(label: _Label) -> tuple[bool, str] | None:
-    """Whether the figures in the prompt meet the request's condition, and why; None when the
-    figures needed do not parse."""
-    balance, price = _observed(label, "check_balance"), _observed(label, "get_quote")
-    asked = amounts_in(label.request)
+class Verdict(NamedTuple):
+    """Whether a prompt's figures meet its request's condition, why, and the two figures the
+    condition compares (the balance and the amount or cost; the quote and the limit)."""
+
+    holds: bool
+    why: str
+    compared: tuple[float, float]
+
+
+def condition_verdict(request: str, history: dict[int, ExecutedStep]) -> Verdict | None:
+    """What the figures of a conditional step's prompt (its request and executed steps) say;
+    None when the figures needed do not parse."""
+    balance, price = _observed(history, "check_balance"), _observed(history, "get_quote")
+    asked = amounts_in(request)
     if balance is not None and price is not None and len(asked) == 1:
         cost = asked[0].value * price.value
         holds = balance.value >= cost
         verb = "covers" if holds else "falls short of"
-        return holds, (
+        why = (
             f"the balance {_described(balance)} {verb} {asked[0].text} × {price.text} = "
             f"{_number(cost)}"
         )
+        return Verdict(holds, why, (balance.value, cost))
     if balance is not None and price is None and len(asked) == 1:
         holds = balance.value >= asked[0].value
         verb = "covers" if holds else "falls short of"
-        return holds, f"the balance {_described(balance)} {verb} {_described(asked[0])}"
-    limit = _price_limit(label.request) if price is not None and balance is None else None
+        why = f"the balance {_described(balance)} {verb} {_described(asked[0])}"
+        return Verdict(holds, why, (balance.value, asked[0].value))
+    limit = _price_limit(request) if price is not None and balance is None else None
     if limit is not None:
         (amount, below), value = limit, price.value
         holds = value < amount.value if below else value > amount.value
         side = "below" if value < amount.value else "above" if value > amount.value else "at"
         wanted = "below" if below else "above"
-        return holds, f"the quote {price.text} is {side} the limit {amount.text} (wanted {wanted})"
+        why = f"the quote {price.text} is {side} the limit {amount.text} (wanted {wanted})"
+        return Verdict(holds, why, (value, amount.value))
     return None
 
 
@@ -390,10 +409,10 @@ def branch_matches_figures(
     and replies when they do not."""
     if label.replies is None:
         return None
-    verdict = _condition_holds(label)
-    if verdict is None or verdict[0] != label.replies:
+    verdict = condition_verdict(label.request, label.history)
+    if verdict is None or verdict.holds != label.replies:
         return None
-    holds, why = verdict
+    holds, why, _ = verdict
     does = "replies" if label.replies else f"acts ({label.tool})"
     return label.breaks(
         BRANCH_MATCHES_FIGURES,
