@@ -32,12 +32,15 @@ import yaml
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import EvalSettings, predict, sample_source
+from toolgrpo.training.arithmetic import comparison_right
 from toolgrpo.training.config import load_preset
 
 EVAL_FILES = [
     DATA_DIR / "eval" / f"{name}.jsonl" for name in ("single_step", "multistep", "unseen_phrasing")
 ]
 SFT_WALL = "SFT wall time (s)"
+PARAMS_EXACT = "exact params, all eval rows"
+COMPARISON_STATED = "conditional steps stating both figures and acting on them"
 
 
 def eval_frame(max_rows: int | None) -> pl.DataFrame:
@@ -79,7 +82,22 @@ def train_and_evaluate(
         for row, value in accuracy.rows().items()
         if row.startswith("eval/")
     }
-    return cells | {SFT_WALL: f"{wall_s:.0f}"}
+    return cells | copying_cells(predictions) | {SFT_WALL: f"{wall_s:.0f}"}
+
+
+def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
+    """What the model copies from its prompts: the exact params of the labelled tool, and the
+    conditional steps whose thought states the figures compared and acts on them (issue #16's
+    arithmetic check, `training.arithmetic.comparison_right`)."""
+    conditional = predictions.filter(pl.col("condition").is_not_null())
+    stated = sum(
+        comparison_right(row["completion"], row["prompt"], row["condition"]) is True
+        for row in conditional.iter_rows(named=True)
+    )
+    return {
+        PARAMS_EXACT: f"{predictions['params_exact'].sum()}/{predictions.height}",
+        COMPARISON_STATED: f"{stated}/{conditional.height}",
+    }
 
 
 def run_side_by_side(arms: list[str], run: Callable[[str], dict[str, str]], title: str) -> None:
