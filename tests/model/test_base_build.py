@@ -8,7 +8,7 @@ import pytest
 from toolgrpo.flows import cli
 from toolgrpo.flows.base import build_base
 from toolgrpo.tasks.base import CARD_JSON, CARD_MARKDOWN, read_card
-from toolgrpo.training.base import build_key, passage_text
+from toolgrpo.training.base import build_key, passage_example
 from toolgrpo.training.config import load_preset
 from toolgrpo.training.model import load_model
 
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 TINY_RECIPE = {
     "base.exercise_rounds": 1,
     "base.request_rounds": 1,
+    "base.copy_rounds": 1,
     "base.num_train_epochs": 0.05,
     "runtime.torch_threads": 1,
 }
@@ -56,16 +57,18 @@ def test_the_same_key_is_not_built_again_and_a_rebuild_is_byte_identical(built):
     assert elsewhere.built and _weights_hash(root / "rebuilt") == first.card.weights_sha256
 
 
-def test_sft_reads_requests_to_their_end_of_turn_and_exercises_to_their_answer(built):
+def test_requests_are_learned_whole_and_exercises_and_drills_on_their_answer(built):
     from toolgrpo.generator.base_corpus import Passage
 
     root, *_ = built
     tokenizer, _ = load_model(root / "base", load_preset("smoke").model)
     catalogue = load_preset("smoke").data.tool_catalogue()
-    request = passage_text(tokenizer, Passage("What's the balance on ACC1?", None), catalogue)
-    answered = passage_text(tokenizer, Passage("Is 10 at least 5?", '{"thought": "."}'), catalogue)
-    assert request.endswith("What's the balance on ACC1?<|im_end|>")
-    assert answered.endswith('<|im_start|>assistant\n{"thought": "."}')
+    request = passage_example(tokenizer, Passage("What's the balance on ACC1?", None), catalogue)
+    assert request["prompt"] == ""
+    assert request["completion"].endswith("What's the balance on ACC1?<|im_end|>")
+    drill = passage_example(tokenizer, Passage("Send 10 to ACC1", "10 · ACC1"), catalogue)
+    assert drill["prompt"].endswith("Send 10 to ACC1<|im_end|>\n<|im_start|>assistant\n")
+    assert drill["completion"] == "10 · ACC1"
 
 
 def test_the_key_follows_what_the_build_reads_not_the_later_stages():
