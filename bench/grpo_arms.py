@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import cyclopts
-from sft_arms import copying_cells, eval_frame, parse_arm, run_side_by_side
+from sft_arms import eval_frame, parse_arm, prediction_cells, run_side_by_side
 
-from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import EvalSettings, predict
 from toolgrpo.training.config import GRPO_LAYOUT_UNSET, load_preset
 
@@ -35,13 +34,7 @@ def evaluate(model: Path, folder: Path, eval_rows: int | None) -> dict[str, str]
     """`right/n` cells of `model` on the eval files, its predictions kept in `folder`."""
     predictions = predict(model, eval_frame(eval_rows), EvalSettings(torch_threads=1))
     predictions.write_parquet(folder / "predictions.parquet")
-    accuracy = compute_metrics(predictions).accuracy
-    cells = {
-        row: f"{round(value * accuracy.n[row])}/{accuracy.n[row]}" if value is not None else "–"
-        for row, value in accuracy.rows().items()
-        if row.startswith("eval/")
-    }
-    return cells | copying_cells(predictions)
+    return prediction_cells(predictions)
 
 
 def train_and_evaluate(

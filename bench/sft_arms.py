@@ -76,13 +76,18 @@ def train_and_evaluate(
         arm_dir / "sft" / "model", eval_frame(eval_rows), EvalSettings(torch_threads=threads)
     )
     predictions.write_parquet(arm_dir / "predictions.parquet")
+    return prediction_cells(predictions) | {SFT_WALL: f"{wall_s:.0f}"}
+
+
+def prediction_cells(predictions: pl.DataFrame) -> dict[str, str]:
+    """`right/n` per eval file and conditional kind and branch, then `copying_cells`."""
     accuracy = compute_metrics(predictions).accuracy
     cells = {
         row: f"{round(value * accuracy.n[row])}/{accuracy.n[row]}" if value is not None else "–"
         for row, value in accuracy.rows().items()
         if row.startswith("eval/")
     }
-    return cells | copying_cells(predictions) | {SFT_WALL: f"{wall_s:.0f}"}
+    return cells | copying_cells(predictions)
 
 
 def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
