@@ -55,8 +55,8 @@ def passage_example(
     """A passage as TRL's prompt-completion pair, as the model reads it in use. A request is read
     whole (an empty prompt; the system and user turns are the completion, ending at the end of
     turn, the eos); an exercise or a copy drill is learned on its answer only (TRL appends the
-    eos): on every token, its prompt's random figures are most of the loss, and a base built so
-    copied no figure of 60 fresh drills, where the answer alone taught 11 in half the steps."""
+    eos): learned on every token, a prompt's figures are most of the loss, and a base built so
+    copied 1 of 60 fresh drills; on the answer alone, 36 (README: copy drills)."""
     if passage.answer is None:
         messages = chat_messages(passage.prompt, catalogue)
         text = tokenizer.apply_chat_template(messages, tokenize=False).rstrip("\n")
