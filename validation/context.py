@@ -114,13 +114,14 @@ def figures_in(text: str) -> list[str]:
     (`"转 10万 从 ACC042 到 ACC149"` → 10万, ACC042, ACC149; `"Step 2: get_quote → META 现价
     633.07"` → META, 633.07)."""
     text = _STEP_NUMBER.sub(lambda m: " " * len(m.group()), text)
-    found = [(m.start(), -m.end(), m.group()) for m in ACCOUNT.finditer(text)]
-    found += [(m.start(), -m.end(), m.group()) for m in AMOUNT.finditer(text)]
-    found += [
-        (m.start(), -m.end(), m.group()) for m in IDENTIFIER.finditer(text) if len(m.group()) > 1
-    ]
+    found = sorted(
+        (m.start(), -m.end(), m.group())  # where two start together, the longer first
+        for pattern in (ACCOUNT, AMOUNT, IDENTIFIER)
+        for m in pattern.finditer(text)
+        if pattern is not IDENTIFIER or len(m.group()) > 1  # "I" is no ticker
+    )
     figures, end = [], 0
-    for start, negative_end, figure in sorted(found):
+    for start, negative_end, figure in found:
         if start >= end:  # the ACC of ACC042 is part of the account
             figures.append(figure)
             end = -negative_end
