@@ -1,18 +1,23 @@
 """Validate 1,000,000 sample rows with the polars schema and with the same rules on pandas, then
 time `toolgrpo validate` on the same rows as a JSONL file, end to end.
 
-    python bench/validate.py [--rows 1000000] [--unique-solutions] [--no-end-to-end]
+    python bench/validate.py [--rows 1000000] [--unique-solutions] [--unique-rows]
+                             [--no-end-to-end]
 
 Rows are the shipped rows repeated with fresh ids. Both sides parse each distinct solution once
 (polars with `str.json_path_match`, pandas with `json.loads`, its only JSON parser), so by default
-JSON parsing is cheap; `--unique-solutions` makes every solution distinct (the worst case).
+JSON parsing is cheap; `--unique-solutions` makes every solution distinct (the worst case). The
+gate's context checks and label conflicts also judge each distinct text once: `--unique-rows`
+gives every copy of the shipped rows its own scenario ids, requests and thoughts (their worst
+case: a million rows of which no two share a request).
 Prints seconds, rows/s and the polars speed-up, with the machine's load average.
 
 End to end: the rows written as JSONL in a temporary folder, and a copy with 1% of its lines
 broken (cut JSON, a string step, a missing tool); `toolgrpo validate` on each in a subprocess
 (Prefect start-up, loading, checks, report files), with the loader's native readers and with
-every line read by pydantic as before them; then where the seconds go, stage by stage, in this
-process.
+every line read by pydantic as before them; then, with a Prefect server already running (what a
+`prefect server start` user has: `PREFECT_API_URL` set, no temporary server to start), a small
+file and the valid rows; then where the seconds go, stage by stage, in this process.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import pandas as pd
 import pandera.errors
 import pandera.pandas as pap
 import polars as pl
+from prefect.server.api.server import SubprocessASGIServer
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.reporting.data_quality import render_markdown
@@ -46,7 +52,9 @@ from toolgrpo.schemas.samples import (
     ParsedSample,
     parse_solution,
 )
+from toolgrpo.tasks.runs import files_hash
 from toolgrpo.validation import gate, loader
+from toolgrpo.validation.context import label_inconsistencies
 
 SHIPPED = ["train/single_step.jsonl", "train/multistep.jsonl", "eval/single_step.jsonl"]
 SHIPPED += ["eval/multistep.jsonl", "eval/unseen_phrasing.jsonl"]
@@ -201,8 +209,25 @@ class PandasSample(pap.DataFrameModel):
         return df["params_error"].isna()
 
 
-def synthetic_rows(rows: int, unique_solutions: bool) -> pl.DataFrame:
-    """`rows` shipped rows repeated with fresh ids (and, if asked, a distinct thought each)."""
+def copy_marks(copies: int) -> list[str]:
+    """A distinct word of consonants per copy (no digits: a digit-zeroed text stays distinct;
+    no vowels: no tool's keyword)."""
+    letters = "bcdfghjklmnpqrstvwxz"
+    marks = []
+    for copy in range(copies):
+        word = ""
+        while True:
+            copy, digit = divmod(copy, len(letters))
+            word += letters[digit]
+            if not copy:
+                break
+        marks.append(f"zz{word}")
+    return marks
+
+
+def synthetic_rows(rows: int, unique_solutions: bool, unique_rows: bool = False) -> pl.DataFrame:
+    """`rows` shipped rows repeated with fresh ids (and, if asked, a distinct thought each; or
+    every copy its own scenarios, requests and thoughts, marked by a word of its own)."""
     shipped = pl.concat(
         [pl.read_ndjson(DATA_DIR / name) for name in SHIPPED], how="diagonal_relaxed"
     )
@@ -214,6 +239,23 @@ def synthetic_rows(rows: int, unique_solutions: bool) -> pl.DataFrame:
             solution=pl.col("solution").str.replace(
                 '"thought": "', pl.format('"thought": "({}) ', pl.col("id")), literal=True
             )
+        )
+    if unique_rows:
+        copy = (pl.int_range(pl.len()) // shipped.height).cast(pl.UInt32)
+        mark = copy.replace_strict(range(repeats), copy_marks(repeats), return_dtype=pl.String)
+        prompt = pl.col("prompt")
+        frame = frame.with_columns(
+            scenario_id=pl.col("scenario_id") + "#" + mark,
+            prompt=pl.when(prompt.str.contains(PREVIOUS_STEPS_HEADER, literal=True))
+            .then(
+                prompt.str.replace(
+                    PREVIOUS_STEPS_HEADER, " " + mark + PREVIOUS_STEPS_HEADER, literal=True
+                )
+            )
+            .otherwise(prompt + " " + mark),
+            solution=pl.col("solution").str.replace(
+                '"thought": "', pl.format('"thought": "({}) ', mark), literal=True
+            ),
         )
     return frame.rechunk()
 
@@ -259,9 +301,14 @@ def write_jsonl(frame: pl.DataFrame, path: Path, broken_every: int = 0) -> int:
     return lines.height // broken_every
 
 
-def cli_run(path: Path, out: Path, line_by_line: bool) -> tuple[float, int]:
-    """Seconds and exit status of `toolgrpo validate PATH --out OUT` in a fresh process."""
+def cli_run(
+    path: Path, out: Path, line_by_line: bool, api_url: str | None = None
+) -> tuple[float, int]:
+    """Seconds and exit status of `toolgrpo validate PATH --out OUT` in a fresh process (with a
+    temporary Prefect server, or the running one at `api_url`)."""
     env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **os.environ}
+    if api_url is not None:
+        env["PREFECT_API_URL"] = api_url
     command = [sys.executable, "-c", CLI.format(line_by_line=line_by_line), str(path)]
     start = time.perf_counter()
     done = subprocess.run(
@@ -275,11 +322,12 @@ def cli_run(path: Path, out: Path, line_by_line: bool) -> tuple[float, int]:
 
 def stage_seconds(path: Path) -> dict[str, float]:
     """Where the gate's seconds go on `path`, in this process (no Prefect)."""
-    load_s, loaded = timed(lambda: loader.load_samples([path]))
-    stages = {"load (native readers)": load_s}
+    stages = {"data tag (files_hash)": timed(lambda: files_hash([path]))[0]}
+    stages["load (native readers)"], loaded = timed(lambda: loader.load_samples([path]))
     for name, stage in [
         ("row contract (parse_solution + pandera)", lambda: gate.schema_failures(loaded.frame)),
         ("label conflicts", lambda: gate.find_label_conflicts(loaded.frame)),
+        ("context checks (label_inconsistencies)", lambda: label_inconsistencies(loaded.frame)),
         ("count rows", lambda: gate.count_rows(loaded)),
     ]:
         stages[name], _ = timed(stage)
@@ -327,15 +375,32 @@ def time_cli(frame: pl.DataFrame) -> None:
                 f"{name:34} {seconds[False]:7.1f}s {seconds[True]:12.1f}s "
                 f"{seconds[True] / seconds[False]:5.1f}x"
             )
+        server = SubprocessASGIServer()  # what `prefect server start` serves, minus the UI
+        server.start()
+        try:
+            print(f"\nwith a running Prefect server ({server.api_url}), native readers:")
+            for name, path in [(small.name, small), (f"{rows:,} valid rows", valid)]:
+                out = Path(folder, f"runs-served-{path.stem}")
+                seconds, _ = cli_run(path, out, line_by_line=False, api_url=server.api_url)
+                print(f"{name:34} {seconds:7.1f}s")
+        finally:
+            server.stop()
         print(f"\nwhere the seconds go ({rows:,} valid rows, in process, no Prefect):")
         for stage, seconds in stage_seconds(valid).items():
             print(f"  {stage:42} {seconds:6.2f} s")
 
 
-def main(rows: int = 1_000_000, unique_solutions: bool = False, end_to_end: bool = True) -> None:
+def main(
+    rows: int = 1_000_000,
+    unique_solutions: bool = False,
+    unique_rows: bool = False,
+    end_to_end: bool = True,
+) -> None:
     """Time the polars schema and the pandas one on the same ROWS rows, side by side; then (unless
-    --no-end-to-end) `toolgrpo validate` on them as a JSONL file."""
-    frame = synthetic_rows(rows, unique_solutions)
+    --no-end-to-end) `toolgrpo validate` on them as a JSONL file. --unique-rows: each copy of
+    the shipped rows its own scenarios, requests and thoughts (what the gate parses and judges
+    once per distinct text then costs in full)."""
+    frame = synthetic_rows(rows, unique_solutions, unique_rows)
     pandas_frame = frame.to_pandas()
     distinct = frame["solution"].n_unique()
     print(f"{rows:,} rows, {distinct:,} distinct solutions; load average {os.getloadavg()}")

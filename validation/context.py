@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
@@ -343,13 +342,18 @@ def step_named_by_request(
     )
 
 
-def _observed(history: dict[int, ExecutedStep], tool: str) -> Amount | None:
-    """The one amount the latest executed `tool` step reports (a balance, a price)."""
+def _observed(history: dict[int, ExecutedStep], tool: str) -> str | None:
+    """What the latest executed `tool` step reports (a balance, a price), as written."""
     for step in sorted(history, reverse=True):
         if history[step].tool == tool:
-            amounts = amounts_in(history[step].observation)
-            return amounts[0] if len(amounts) == 1 else None
+            return history[step].observation
     return None
+
+
+def _sole_amount(text: str | None) -> Amount | None:
+    """The amount `text` states, when it states exactly one."""
+    amounts = amounts_in(text) if text is not None else []
+    return amounts[0] if len(amounts) == 1 else None
 
 
 def _price_limit(request: str) -> tuple[Amount, bool] | None:
@@ -376,7 +380,17 @@ class Verdict(NamedTuple):
 def condition_verdict(request: str, history: dict[int, ExecutedStep]) -> Verdict | None:
     """What the figures of a conditional step's prompt (its request and executed steps) say;
     None when the figures needed do not parse."""
-    balance, price = _observed(history, "check_balance"), _observed(history, "get_quote")
+    return figures_verdict(
+        request, _observed(history, "check_balance"), _observed(history, "get_quote")
+    )
+
+
+def figures_verdict(
+    request: str, balance_seen: str | None, quote_seen: str | None
+) -> Verdict | None:
+    """`condition_verdict` from the request and what the latest balance and quote steps
+    report (None: no such step)."""
+    balance, price = _sole_amount(balance_seen), _sole_amount(quote_seen)
     asked = amounts_in(request)
     if balance is not None and price is not None and len(asked) == 1:
         cost = asked[0].value * price.value
@@ -496,7 +510,6 @@ _POLARS_READABLE_CHARS = MAX_SOLUTION_CHARS
 _READ_BACK_CHARS = 1_200
 # The only non-ASCII characters Python's IGNORECASE matches with ASCII letters (re docs).
 _FOLDED_ONTO_ASCII = "[İıſK]"
-_HISTORY_STEP = r"^Step (\d+): (\S+) → "
 
 
 @cache
@@ -545,80 +558,90 @@ def _may_name_another_tool(text: pl.Expr, tool: pl.Expr, catalogue: Catalogue) -
     )
 
 
-def _rows_where(
-    candidates: pl.DataFrame,
-    text: str,
-    verdict: Callable[[str, str], bool],
-    catalogue: Catalogue,
-) -> pl.Series:
-    """The `_ROW`s of `candidates` whose (digit-zeroed `text`, tool) `verdict` holds for: each
-    distinct pair judged once."""
-    candidates = candidates.select(_ROW, "tool", wording=_wording(pl.col(text), catalogue))
-    pairs = candidates.select("wording", "tool").unique()
-    judged = pairs.filter(
-        pl.Series([verdict(wording, tool) for wording, tool in pairs.iter_rows()], dtype=pl.Boolean)
-    )
-    return candidates.join(judged, on=["wording", "tool"], how="semi").get_column(_ROW)
-
-
 def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue) -> pl.Expr:
     """Whether column `text`, read as a thought, could contradict the row's tool: `_consistent`
-    judges the rows that may name another tool, and rows polars cannot read go to the rule."""
+    judges the rows that may name another tool, each distinct (digit-zeroed text, tool) pair
+    once (zeroing digits changes no keyword hit, folded letter, blankness or length), and rows
+    polars cannot read go to the rule."""
     tool = pl.col("tool")
     unread = pl.col(text).is_null() | (pl.col("solution").str.len_chars() > _POLARS_READABLE_CHARS)
-    may = frame.filter(
-        ~unread
-        & tool.is_in(list(catalogue.names))
-        & _may_name_another_tool(pl.col(text), tool, catalogue)
+    candidates = frame.filter(~unread & tool.is_in(list(catalogue.names))).select(
+        _ROW, "tool", wording=_wording(pl.col(text), catalogue)
     )
-    contradicted = _rows_where(
-        may, text, lambda wording, tool: not _consistent(wording, tool, catalogue), catalogue
+    pairs = (
+        candidates.select("wording", "tool")
+        .unique()
+        .filter(_may_name_another_tool(pl.col("wording"), tool, catalogue))
     )
-    return unread | pl.col(_ROW).is_in(contradicted.implode())
+    contradicted = pairs.filter(
+        pl.Series(
+            [not _consistent(w, t, catalogue) for w, t in pairs.iter_rows()], dtype=pl.Boolean
+        )
+    )
+    rows = candidates.join(contradicted, on=["wording", "tool"], how="semi").get_column(_ROW)
+    return unread | pl.col(_ROW).is_in(rows.implode())
 
 
-def _unnamed_last_steps(frame: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
-    """Whether the row is a last step `step_named_by_request` reads and its request may not name
-    its tool (`_request_names`)."""
+def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
+    """Whether `step_named_by_request` could flag the row: a last step it reads whose tool its
+    request does not name while exactly one tool the request names is not in its history
+    (`_request_names`, each distinct digit-zeroed request judged once); rows whose history
+    polars may read otherwise go to the rule."""
     scenario, step, tool = pl.col("scenario_id"), pl.col("step"), pl.col("tool")
     first_of_step = pl.struct("scenario_id", "step").is_first_distinct()
     conditional = (pl.col("branch").is_not_null() & first_of_step).any().over(scenario)
     read = (step == step.max().over(scenario)) & (step > 1) & ~conditional & (tool != REPLY_TOOL)
-    unnamed = _rows_where(
-        frame.filter(read),
-        "request",
-        lambda wording, tool: tool not in _request_names(wording, catalogue),
-        catalogue,
+    rows = frame.filter(read).select(_ROW, "tool", wording=_wording(pl.col("request"), catalogue))
+    requests = rows.select("wording").unique()
+    named = [sorted(_request_names(wording, catalogue)) for wording in requests["wording"]]
+    requests = requests.with_columns(named=pl.Series(named, dtype=pl.List(pl.String)))
+    done = (
+        lines.filter(pl.col("recorded_tool").is_not_null())
+        .group_by(_ROW)
+        .agg(done=pl.col("recorded_tool"))
     )
-    return pl.col(_ROW).is_in(unnamed.implode())
+    judged = rows.join(requests, on="wording").join(done, on=_ROW, how="left")
+    remaining = pl.col("named").list.set_difference(pl.col("done").fill_null([]))
+    unnamed = judged.filter(~pl.col("named").list.contains(tool) & (remaining.list.len() == 1))
+    suspects = pl.concat([unnamed.select(_ROW), lines.filter("unsure").select(_ROW)])
+    return read & pl.col(_ROW).is_in(suspects.to_series().implode())
 
 
-def _history_screens(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per row, whether `step_matches_history` (any row of a scenario whose histories record a
-    step with another tool than a row at that step is labelled with) and `step_not_repeated`
-    (its history records its own tool) could flag it; rows with characters polars could read
-    otherwise than Python go to both rules."""
-    lines = (
+def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per row with a history, each step `split_prompt` reads from it (one row each, in order):
+    the step number, tool and observation, and `unsure` where the history has characters polars
+    could read otherwise than Python."""
+    return (
         frame.filter(pl.col("history").is_not_null())
         .select(
             _ROW,
             "scenario_id",
             "tool",
             unsure=pl.col("history").str.contains(_unsure_history()),
-            line=pl.col("history").str.extract_all(f"(?m){_HISTORY_STEP}"),
+            line=pl.col("history").str.extract_all(f"(?m){_HISTORY_LINE.pattern}"),
         )
         .explode("line")
-        .with_columns(recorded=pl.col("line").str.extract_groups(_HISTORY_STEP))
+        .with_columns(recorded=pl.col("line").str.extract_groups(_HISTORY_LINE.pattern))
         .with_columns(
             recorded_step=pl.col("recorded").struct.field("1").cast(pl.Int64, strict=False),
             recorded_tool=pl.col("recorded").struct.field("2"),
+            observation=pl.col("recorded").struct.field("3"),
         )
         # a step number beyond Int64 is one Python reads and polars does not
         .with_columns(
             unsure=pl.col("unsure")
             | (pl.col("line").is_not_null() & pl.col("recorded_step").is_null())
         )
+        # a step number listed twice is its last line, as in `split_prompt`'s dict
+        .unique([_ROW, "recorded_step"], keep="last", maintain_order=True)
     )
+
+
+def _history_screens(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Per row, whether `step_matches_history` (any row of a scenario whose histories record a
+    step with another tool than a row at that step is labelled with) and `step_not_repeated`
+    (its history records its own tool) could flag it; rows with characters polars could read
+    otherwise than Python go to both rules."""
     # each step's distinct labels once: a scenario id shared by many rows must not make the join
     # quadratic (1M rows repeating 1,277 rows' ids asked for >23 GB)
     labelled = frame.select("scenario_id", recorded_step="step", labelled_tool="tool").unique()
@@ -636,22 +659,60 @@ def _history_screens(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
+    """Per row, what `_observed` reads: the observation of its history's latest `tool` step."""
+    return (
+        lines.filter(pl.col("recorded_tool") == tool)
+        .group_by(_ROW)
+        .agg(pl.col("observation").sort_by("recorded_step").last().alias(tool))
+    )
+
+
+def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
+    """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
+    (`figures_verdict` of its request and latest balance and quote, each distinct triple judged
+    once) point at the branch it does not take, or whose history polars may read otherwise."""
+    figures = ("request", "check_balance", "get_quote")
+    conditional = frame.filter(pl.col("branch").is_not_null()).select(_ROW, "request", "branch")
+    for tool in figures[1:]:
+        conditional = conditional.join(_latest_observation(lines, tool), on=_ROW, how="left")
+    triples = conditional.select(figures).unique()
+    verdicts = [figures_verdict(*triple) for triple in triples.iter_rows()]
+    holds = pl.Series("holds", [v.holds if v else None for v in verdicts], dtype=pl.Boolean)
+    judged = conditional.join(triples.with_columns(holds), on=figures, nulls_equal=True)
+    replies = pl.col("branch") == "condition_fails"
+    suspects = pl.concat(
+        [
+            judged.filter(pl.col("holds") == replies).select(_ROW),
+            lines.filter("unsure").select(_ROW),
+        ]
+    )
+    return pl.col("branch").is_not_null() & pl.col(_ROW).is_in(suspects.to_series().implode())
+
+
 def _screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
     """`frame` with a column per rule (its name): whether the rule could flag the row, and
     `_NEEDED`: whether the rules read the row at all."""
     parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
     solution = pl.col("solution")
-    frame = frame.with_columns(
-        request=parts.field("field_0"),
-        history=parts.field("field_1"),
-        thought=solution.str.json_path_match("$.thought"),
-        first_planned=solution.str.json_path_match("$.plan[0]"),
+    # each distinct solution parsed once, as `schemas.samples.parse_solution` does
+    solutions = (
+        frame.select("solution")
+        .unique()
+        .with_columns(
+            thought=solution.str.json_path_match("$.thought"),
+            first_planned=solution.str.json_path_match("$.plan[0]"),
+        )
     )
-    frame = _history_screens(frame).with_columns(
+    frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1")).join(
+        solutions, on="solution", how="left", maintain_order="left"
+    )
+    lines = _history_lines(frame)
+    frame = _history_screens(frame, lines).with_columns(
         thought_announces_action=_inconsistent(frame, "thought", catalogue),
         plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue),
-        step_named_by_request=_unnamed_last_steps(frame, catalogue),
-        branch_matches_figures=pl.col("branch").is_not_null(),
+        step_named_by_request=_unnamed_last_steps(frame, lines, catalogue),
+        branch_matches_figures=_contradicted_branches(frame, lines),
     )
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))

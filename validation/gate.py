@@ -96,12 +96,17 @@ def schema_failures(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> 
 
 
 def find_label_conflicts(frame: pl.DataFrame) -> list[LabelConflict]:
-    """Groups of rows with the same normalised prompt but different tools."""
-    conflicting = (
-        frame.with_columns(prompt_key=normalised_prompt())
+    """Groups of rows with the same normalised prompt but different tools (each distinct
+    prompt and tool normalised once, then the conflicting prompts' rows)."""
+    keys = (
+        frame.select("prompt", "tool")
+        .unique()
+        .with_columns(prompt_key=normalised_prompt())
         .filter(pl.col("tool").n_unique().over("prompt_key") > 1)
-        .sort("prompt_key", "file", "line")
+        .select("prompt", "prompt_key")
+        .unique()
     )
+    conflicting = frame.join(keys, on="prompt").sort("prompt_key", "file", "line")
     return [
         LabelConflict(
             prompt=shown(prompt, limit=MAX_PROMPT_CHARS),

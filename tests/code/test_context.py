@@ -306,6 +306,8 @@ def one_broken_row_per_rule() -> list[dict[str, Any]]:
         row["prompt"] = "Transfer 10万, then show me what's left." + row["prompt"][len(REQUEST) :]
     single = {"kind": "single", "n_steps": 1}
     kelvin = (*TRANSFER[:2], "I \u212aheck the balance now.", TRANSFER[3])  # the Kelvin sign
+    balances, fails = ["check_balance → balance 50"], {"n_steps": 3, "condition": "fails"}
+    listed_twice = _row(2, REPLY, balances)["prompt"] + "\nStep 1: check_balance → balance 10万"
     cases = {
         "thought": [
             _row(1, (*TRANSFER[:2], "I check the balance first.", TRANSFER[3]), [], **single)
@@ -327,6 +329,12 @@ def one_broken_row_per_rule() -> list[dict[str, Any]]:
         "tab": [first, {**second, **_row(2, CHECK, ["check_balance\t→ balance 150,000"])}],
         "digit": [_row(1, TRANSFER, []), _row(2, CHECK, ["check_balance → balance ١٥٠"])],
         "folded": [_row(1, kelvin, [], **single)],
+        # the figures screen reads the latest balance, and a step listed twice by its last line
+        "latest balance": [
+            _row(3, REPLY, [*balances, "check_balance → balance 1,000,000"], **fails)
+        ],
+        "listed twice": [_row(2, REPLY, balances, **fails) | {"prompt": listed_twice}],
+        "branch digit": scenario("balance ١٠٠٠٠٠٠", REPLY),  # Python reads 1000000
     }
     return [row for name, rows in cases.items() for row in _as_scenario(name, rows)]
 
@@ -358,3 +366,5 @@ def test_the_screens_keep_every_finding_of_every_rule_on_every_row(tmp_path):
         STEP_NAMED_BY_REQUEST,
         BRANCH_MATCHES_FIGURES,
     }
+    branches = {found.id for found in screened if found.check == BRANCH_MATCHES_FIGURES}
+    assert {"latest balance-3", "listed twice-2", "branch digit-2"} <= branches

@@ -311,6 +311,19 @@ def test_native_reader_reads_a_file_of_plain_rows_as_pydantic_does(tmp_path):
     assert loaded.frame.height == 50 and loaded.problems == []
 
 
+def test_a_file_of_plain_lines_only_goes_whole_to_the_ndjson_reader(tmp_path, monkeypatch):
+    read_whole = []
+    read_ndjson = pl.read_ndjson
+    monkeypatch.setattr(
+        pl, "read_ndjson", lambda *a, **k: read_whole.append(1) or read_ndjson(*a, **k)
+    )
+    loaded = loaded_both_ways([write_lines(tmp_path / "rows.jsonl", *PLAIN_LINES, *PLAIN_LINES)])
+    assert read_whole and loaded.frame.height == 2 * len(PLAIN_LINES) and loaded.problems == []
+    read_whole.clear()  # a blank line: the lines are not the rows, so line by line (json_decode)
+    loaded_both_ways([write_lines(tmp_path / "blank.jsonl", *PLAIN_LINES, b"", *PLAIN_LINES)])
+    assert not read_whole
+
+
 def test_native_reader_keeps_overrides_and_file_order(tmp_path):
     first = write_lines(tmp_path / "a.jsonl", GOOD, b"{", row_bytes(id="w", tool="withdraw"))
     second = write_lines(tmp_path / "b.jsonl", row_bytes(id="b1"), row_bytes(id="b1"))
