@@ -560,26 +560,31 @@ def _may_name_another_tool(text: pl.Expr, tool: pl.Expr, catalogue: Catalogue) -
 
 def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue) -> pl.Expr:
     """Whether column `text`, read as a thought, could contradict the row's tool: `_consistent`
-    judges the rows that may name another tool, each distinct (digit-zeroed text, tool) pair
+    judges the texts that may name another tool, each distinct (digit-zeroed text, tool) pair
     once (zeroing digits changes no keyword hit, folded letter, blankness or length), and rows
     polars cannot read go to the rule."""
     tool = pl.col("tool")
-    unread = pl.col(text).is_null() | (pl.col("solution").str.len_chars() > _POLARS_READABLE_CHARS)
-    candidates = frame.filter(~unread & tool.is_in(list(catalogue.names))).select(
-        _ROW, "tool", wording=_wording(pl.col(text), catalogue)
+    solution = pl.col("solution")
+    # a character is at least a byte: only a long solution needs its characters counted
+    too_long = (solution.str.len_bytes() > _POLARS_READABLE_CHARS) & (
+        solution.str.len_chars() > _POLARS_READABLE_CHARS
     )
     pairs = (
-        candidates.select("wording", "tool")
+        frame.filter(pl.col(text).is_not_null() & tool.is_in(list(catalogue.names)))
+        .select(text, "tool")
         .unique()
+        .with_columns(wording=_wording(pl.col(text), catalogue))
         .filter(_may_name_another_tool(pl.col("wording"), tool, catalogue))
     )
-    contradicted = pairs.filter(
+    judged = pairs.select("wording", "tool").unique()
+    judged = judged.filter(
         pl.Series(
-            [not _consistent(w, t, catalogue) for w, t in pairs.iter_rows()], dtype=pl.Boolean
+            [not _consistent(w, t, catalogue) for w, t in judged.iter_rows()], dtype=pl.Boolean
         )
     )
-    rows = candidates.join(contradicted, on=["wording", "tool"], how="semi").get_column(_ROW)
-    return unread | pl.col(_ROW).is_in(rows.implode())
+    contradicted = pairs.join(judged, on=["wording", "tool"], how="semi").select(text, "tool")
+    rows = frame.join(contradicted, on=[text, "tool"], how="semi").get_column(_ROW)
+    return pl.col(text).is_null() | too_long | pl.col(_ROW).is_in(rows.implode())
 
 
 def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
@@ -587,11 +592,19 @@ def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Cat
     request does not name while exactly one tool the request names is not in its history
     (`_request_names`, each distinct digit-zeroed request judged once); rows whose history
     polars may read otherwise go to the rule."""
-    scenario, step, tool = pl.col("scenario_id"), pl.col("step"), pl.col("tool")
-    first_of_step = pl.struct("scenario_id", "step").is_first_distinct()
-    conditional = (pl.col("branch").is_not_null() & first_of_step).any().over(scenario)
-    read = (step == step.max().over(scenario)) & (step > 1) & ~conditional & (tool != REPLY_TOOL)
-    rows = frame.filter(read).select(_ROW, "tool", wording=_wording(pl.col("request"), catalogue))
+    step = pl.col("step")
+    # a scenario as the rule reads it: each step's first row
+    scenarios = (
+        frame.unique(["scenario_id", "step"], keep="first")
+        .group_by("scenario_id")
+        .agg(last=step.max(), conditional=pl.col("branch").is_not_null().any())
+    )
+    rows = (
+        frame.filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
+        .join(scenarios, on="scenario_id")
+        .filter((step == pl.col("last")) & ~pl.col("conditional"))
+        .select(_ROW, "tool", wording=_wording(pl.col("request"), catalogue))
+    )
     requests = rows.select("wording").unique()
     named = [sorted(_request_names(wording, catalogue)) for wording in requests["wording"]]
     requests = requests.with_columns(named=pl.Series(named, dtype=pl.List(pl.String)))
@@ -602,9 +615,12 @@ def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Cat
     )
     judged = rows.join(requests, on="wording").join(done, on=_ROW, how="left")
     remaining = pl.col("named").list.set_difference(pl.col("done").fill_null([]))
-    unnamed = judged.filter(~pl.col("named").list.contains(tool) & (remaining.list.len() == 1))
-    suspects = pl.concat([unnamed.select(_ROW), lines.filter("unsure").select(_ROW)])
-    return read & pl.col(_ROW).is_in(suspects.to_series().implode())
+    unnamed = judged.filter(
+        ~pl.col("named").list.contains(pl.col("tool")) & (remaining.list.len() == 1)
+    )
+    unsure = rows.join(lines.filter("unsure"), on=_ROW, how="semi")
+    suspects = pl.concat([unnamed.select(_ROW), unsure.select(_ROW)])
+    return pl.col(_ROW).is_in(suspects.to_series().implode())
 
 
 def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
