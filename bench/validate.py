@@ -1,15 +1,13 @@
 """Validate 1,000,000 sample rows with the polars schema and with the same rules on pandas, then
 time `toolgrpo validate` on the same rows as a JSONL file, end to end.
 
-    python bench/validate.py [--rows 1000000] [--unique-solutions] [--unique-rows]
-                             [--no-end-to-end]
+    python bench/validate.py [--rows 1000000] [--unique-solutions] [--no-end-to-end]
 
 Rows are the shipped rows repeated with fresh ids. Both sides parse each distinct solution once
 (polars with `str.json_path_match`, pandas with `json.loads`, its only JSON parser), so by default
 JSON parsing is cheap; `--unique-solutions` makes every solution distinct (the worst case). The
-gate's context checks and label conflicts also judge each distinct text once: `--unique-rows`
-gives every copy of the shipped rows its own scenario ids, requests and thoughts (their worst
-case: a million rows of which no two share a request).
+context checks also judge each distinct text once: `bench/context_checks.py` times them on rows
+whose every copy has texts of its own.
 Prints seconds, rows/s and the polars speed-up, with the machine's load average.
 
 End to end: the rows written as JSONL in a temporary folder, and a copy with 1% of its lines
@@ -209,25 +207,8 @@ class PandasSample(pap.DataFrameModel):
         return df["params_error"].isna()
 
 
-def copy_marks(copies: int) -> list[str]:
-    """A distinct word of consonants per copy (no digits: a digit-zeroed text stays distinct;
-    no vowels: no tool's keyword)."""
-    letters = "bcdfghjklmnpqrstvwxz"
-    marks = []
-    for copy in range(copies):
-        word = ""
-        while True:
-            copy, digit = divmod(copy, len(letters))
-            word += letters[digit]
-            if not copy:
-                break
-        marks.append(f"zz{word}")
-    return marks
-
-
-def synthetic_rows(rows: int, unique_solutions: bool, unique_rows: bool = False) -> pl.DataFrame:
-    """`rows` shipped rows repeated with fresh ids (and, if asked, a distinct thought each; or
-    every copy its own scenarios, requests and thoughts, marked by a word of its own)."""
+def synthetic_rows(rows: int, unique_solutions: bool) -> pl.DataFrame:
+    """`rows` shipped rows repeated with fresh ids (and, if asked, a distinct thought each)."""
     shipped = pl.concat(
         [pl.read_ndjson(DATA_DIR / name) for name in SHIPPED], how="diagonal_relaxed"
     )
@@ -239,23 +220,6 @@ def synthetic_rows(rows: int, unique_solutions: bool, unique_rows: bool = False)
             solution=pl.col("solution").str.replace(
                 '"thought": "', pl.format('"thought": "({}) ', pl.col("id")), literal=True
             )
-        )
-    if unique_rows:
-        copy = (pl.int_range(pl.len()) // shipped.height).cast(pl.UInt32)
-        mark = copy.replace_strict(range(repeats), copy_marks(repeats), return_dtype=pl.String)
-        prompt = pl.col("prompt")
-        frame = frame.with_columns(
-            scenario_id=pl.col("scenario_id") + "#" + mark,
-            prompt=pl.when(prompt.str.contains(PREVIOUS_STEPS_HEADER, literal=True))
-            .then(
-                prompt.str.replace(
-                    PREVIOUS_STEPS_HEADER, " " + mark + PREVIOUS_STEPS_HEADER, literal=True
-                )
-            )
-            .otherwise(prompt + " " + mark),
-            solution=pl.col("solution").str.replace(
-                '"thought": "', pl.format('"thought": "({}) ', mark), literal=True
-            ),
         )
     return frame.rechunk()
 
@@ -390,17 +354,10 @@ def time_cli(frame: pl.DataFrame) -> None:
             print(f"  {stage:42} {seconds:6.2f} s")
 
 
-def main(
-    rows: int = 1_000_000,
-    unique_solutions: bool = False,
-    unique_rows: bool = False,
-    end_to_end: bool = True,
-) -> None:
+def main(rows: int = 1_000_000, unique_solutions: bool = False, end_to_end: bool = True) -> None:
     """Time the polars schema and the pandas one on the same ROWS rows, side by side; then (unless
-    --no-end-to-end) `toolgrpo validate` on them as a JSONL file. --unique-rows: each copy of
-    the shipped rows its own scenarios, requests and thoughts (what the gate parses and judges
-    once per distinct text then costs in full)."""
-    frame = synthetic_rows(rows, unique_solutions, unique_rows)
+    --no-end-to-end) `toolgrpo validate` on them as a JSONL file."""
+    frame = synthetic_rows(rows, unique_solutions)
     pandas_frame = frame.to_pandas()
     distinct = frame["solution"].n_unique()
     print(f"{rows:,} rows, {distinct:,} distinct solutions; load average {os.getloadavg()}")
