@@ -624,7 +624,7 @@ def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Cat
 
 
 def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per row with a history, each step `split_prompt` reads from it (one row each, in order):
+    """Per row with a history, each step `split_prompt` reads from it (one row each):
     the step number, tool and observation, and `unsure` where the history has characters polars
     could read otherwise than Python."""
     return (
