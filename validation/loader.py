@@ -270,8 +270,8 @@ def _decoded(
 ) -> pl.DataFrame:
     """`line` and the contract's columns of `rows`, read by polars where `plain` (null
     elsewhere). A file whose every line is a plain row goes whole to polars' NDJSON reader,
-    faster than `json_decode` line by line (its bytes are then its lines: a BOM, a byte that is
-    not UTF-8 or a blank line would have made some line not a plain row)."""
+    faster than `json_decode` line by line: with no blank line its bytes are its rows (a BOM or
+    a byte that is not UTF-8 makes a line not plain)."""
     if every_line_a_row and plain.all():
         read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
         if read.height == rows.height:
