@@ -288,6 +288,14 @@ def stage_seconds(path: Path) -> dict[str, float]:
     """Where the gate's seconds go on `path`, in this process (no Prefect)."""
     stages = {"data tag (files_hash)": timed(lambda: files_hash([path]))[0]}
     stages["load (native readers)"], loaded = timed(lambda: loader.load_samples([path]))
+    data = path.read_bytes()
+    rows = pl.read_lines(data, name="text").with_row_index("line", offset=1)
+    plain = pl.Series([True] * rows.height)
+    for whole in (True, False):  # the loader's decoding of plain rows, both ways
+        name = "whole file, read_ndjson (the loader)" if whole else "line by line, json_decode"
+        stages[f"  decoding the plain rows: {name}"], _ = timed(
+            lambda whole=whole: loader._decoded(data, rows, plain, every_line_a_row=whole)
+        )
     for name, stage in [
         ("row contract (parse_solution + pandera)", lambda: gate.schema_failures(loaded.frame)),
         ("label conflicts", lambda: gate.find_label_conflicts(loaded.frame)),
