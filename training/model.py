@@ -41,6 +41,17 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# The text every chat and every answer is framed with, as ChatML and the shipped solutions write
+# it (`{"thought": "…", "action": {"tool": "…", "params": {…}}, "plan": […]}`). To a model
+# trained from scratch these pieces carry no information, and as BPE pieces they were ~24 of a
+# row's ~100 tokens; `model.tiny.frame_tokens` makes each one token.
+CHAT_FRAME = (
+    f"{IM_START}system\n",
+    f"{IM_END}\n{IM_START}user\n",
+    f"{IM_END}\n{IM_START}assistant\n",
+)
+ANSWER_FRAME = ('{"thought": "', '", "action": {"tool": "', '", "params": {', '}}, "plan": [')
+
 # Qwen2's pre-tokenizer pattern. `\p{N}` alone puts every digit in its own token, which lets a
 # small model compare amounts digit by digit; `\p{N}+` keeps numbers whole.
 _PRE_TOKENIZER_PATTERN = (
@@ -64,7 +75,8 @@ def train_tokenizer(
     whole_texts: tuple[str, ...] = (),
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on `texts`, with ChatML special tokens and template;
-    each of `whole_texts` (the constant system prompt) becomes a single token of its own."""
+    each of `whole_texts` (the constant system prompt, `CHAT_FRAME`, `ANSWER_FRAME`) becomes a
+    single token of its own (the longest wins where one starts with another: `<|im_start|>`)."""
     pattern = _PRE_TOKENIZER_PATTERN % ("" if split_digits else "+")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(

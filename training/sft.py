@@ -6,14 +6,26 @@ from pathlib import Path
 
 from datasets import Dataset
 from torch.utils.data import Sampler
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen2ForCausalLM,
+)
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 from trl import SFTConfig, SFTTrainer
 
 from toolgrpo.training.chat import chat_prompt, system_prompt
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
-from toolgrpo.training.model import build_tiny, load_model, lora_config, save_model
+from toolgrpo.training.model import (
+    ANSWER_FRAME,
+    CHAT_FRAME,
+    build_tiny,
+    load_model,
+    lora_config,
+    save_model,
+)
 from toolgrpo.training.samples import grpo_rows, sft_rows, tokenizer_corpus
 from toolgrpo.training.stage import train_and_save
 
@@ -49,13 +61,19 @@ def initial_model(
     init_dir = stage_dir / "init"
     with args.main_process_first(desc="build the tiny model"):
         if not (init_dir / "config.json").is_file():
-            tiny = config.model.tiny.model_dump()
-            catalogue = config.data.tool_catalogue()
-            whole = (system_prompt(catalogue),) if tiny.pop("system_prompt_token") else ()
-            corpus = tokenizer_corpus(grpo_rows(config), catalogue, with_system_prompt=not whole)
-            tokenizer, model = build_tiny(corpus, **tiny, whole_texts=whole, seed=config.seed)
+            tokenizer, model = tiny_model(config)
             save_model(model, tokenizer, init_dir)
     return load_model(init_dir, config.model)
+
+
+def tiny_model(config: TrainConfig) -> tuple[PreTrainedTokenizerFast, Qwen2ForCausalLM]:
+    """The tokenizer and random model `model.tiny` describes, built on the training text."""
+    tiny = config.model.tiny.model_dump()
+    catalogue = config.data.tool_catalogue()
+    system = (system_prompt(catalogue),) if tiny.pop("system_prompt_token") else ()
+    frame = (*CHAT_FRAME, *ANSWER_FRAME) if tiny.pop("frame_tokens") else ()
+    corpus = tokenizer_corpus(grpo_rows(config), catalogue, with_system_prompt=not system)
+    return build_tiny(corpus, **tiny, whole_texts=system + frame, seed=config.seed)
 
 
 def sft_trainer(

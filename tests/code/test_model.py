@@ -1,11 +1,14 @@
 """The locally built tokenizer and model, and the prompt text shared by training and evaluation."""
 
+import json
+
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from toolgrpo.data import DATA_DIR
 from toolgrpo.schemas.catalogue import default_catalogue, load_catalogue
 from toolgrpo.training.chat import chat_prompt, system_prompt
-from toolgrpo.training.model import IM_END, build_tiny
+from toolgrpo.training.model import ANSWER_FRAME, CHAT_FRAME, IM_END, IM_START, build_tiny
 
 TEXTS = [
     "If ACC399 has at least 13850, send it to my savings account.",
@@ -74,6 +77,31 @@ def test_the_system_prompt_can_be_one_token_and_survives_a_save(tmp_path):
     assert (
         AutoTokenizer.from_pretrained(tmp_path)(prompt)["input_ids"] == whole(prompt)["input_ids"]
     )
+
+
+def test_the_chat_and_answer_frames_can_be_one_token_each(tmp_path):
+    """With `CHAT_FRAME` and `ANSWER_FRAME` as tokens the text is the same and reads back the
+    same, each piece is one token where it occurs, `<|im_start|>` alone stays special, and a
+    saved tokenizer splits the text the same way."""
+    frame = (*CHAT_FRAME, *ANSWER_FRAME)
+    framed, _ = build_tiny(TEXTS, hidden_size=32, num_layers=1, num_heads=2, whole_texts=frame)
+    answer = '{"thought": "a", "action": {"tool": "withdraw", "params": {"amount": 5}}, "plan": []}'
+    text = chat_prompt(framed, TEXTS[0]) + answer + IM_END
+    tokens = framed.convert_ids_to_tokens(framed(text)["input_ids"])
+    assert [token for token in tokens if token in frame] == list(frame)
+    assert framed.decode(framed(text)["input_ids"]) == text
+    assert framed.convert_ids_to_tokens(framed(IM_START + "x")["input_ids"])[0] == IM_START
+    framed.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == framed(text)["input_ids"]
+
+
+def test_every_shipped_answer_is_written_with_the_answer_frame():
+    """`ANSWER_FRAME` is the shipped solutions' own text: were the data written otherwise, its
+    tokens would never occur and rows would be as long as without them."""
+    for path in sorted(DATA_DIR.glob("*/*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            solution = json.loads(line)["solution"]
+            assert all(piece in solution for piece in ANSWER_FRAME), (path, solution)
 
 
 def test_saved_tiny_model_loads_with_auto_classes_and_keeps_the_chat_format(tiny, tmp_path):

@@ -1,22 +1,17 @@
 """The cpu preset's completion length, fitted to the data (bench/grpo_throughput.py), still holds
-every shipped solution whole in the tokenizer the preset builds."""
+every shipped solution whole in the tokenizer the preset builds (`training.sft.tiny_model`)."""
 
 from __future__ import annotations
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.training.config import load_preset
-from toolgrpo.training.model import train_tokenizer
-from toolgrpo.training.samples import grpo_rows, read_samples, tokenizer_corpus
+from toolgrpo.training.samples import read_samples
+from toolgrpo.training.sft import tiny_model
 
 
 def test_cpu_completion_length_cuts_no_shipped_solution():
     config = load_preset("cpu")
-    tiny = config.model.tiny
-    tokenizer = train_tokenizer(
-        tokenizer_corpus(grpo_rows(config)),
-        vocab_size=tiny.vocab_size,
-        split_digits=tiny.split_digits,
-    )
+    tokenizer, _ = tiny_model(config)
     limit = config.grpo.max_completion_length
     too_long = [
         (path.name, row["id"], length)
