@@ -35,6 +35,8 @@ _TOOL_SLOT = re.compile(r'"tool"\s*:\s*"')
 # The slot is 9 characters: in byte-level BPE at most 9 tokens, plus spaces the pattern allows.
 _TOOL_SLOT_TOKENS = 16
 CANONICAL_TOOL_SLOT = '"tool": "'
+# What follows the tool's name in every answer the model was trained on.
+AFTER_TOOL_NAME = '", "params": {"'
 
 
 def load_model(
@@ -260,6 +262,15 @@ def action_slot_prefix(completion: str) -> str:
     return '{"thought": ' + json.dumps(thought, ensure_ascii=False) + ', "action": {"tool": "'
 
 
+def tool_candidate(tokenizer: PreTrainedTokenizerBase, name: str) -> list[int]:
+    """The tokens a tool's score sums over: its name and the one token that closes it as an
+    answer writes it (`",` in byte-level BPE, `", "params": {` where that is one token:
+    `model.tiny.frame_tokens`), so a name is scored by the continuation the model learnt."""
+    name_ids = tokenizer(name, add_special_tokens=False)["input_ids"]
+    ids = tokenizer(name + AFTER_TOOL_NAME, add_special_tokens=False)["input_ids"]
+    return ids[: len(name_ids) + 1] if ids[: len(name_ids)] == name_ids else ids
+
+
 @torch.inference_mode()
 def tool_probabilities(
     tokenizer: PreTrainedTokenizerBase,
@@ -269,17 +280,16 @@ def tool_probabilities(
     *,
     batch_size: int,
 ) -> np.ndarray:
-    """P(tool | context) for every context and tool: each name followed by `"` is scored (sum
-    of token log-probs) after the context, then normalised over `tool_names` (softmax).
+    """P(tool | context) for every context and tool: each name and the token closing it
+    (`tool_candidate`) is scored (sum of token log-probs) after the context, then normalised
+    over `tool_names` (softmax).
 
     Each context runs through the model once (left-padded batches); the candidates continue
     from its KV cache, repeated once per tool, so scoring costs about one forward pass per row
     rather than one per tool, and only a few positions' logits are computed.
     """
     context_ids = tokenizer(contexts, add_special_tokens=False)["input_ids"]
-    candidates = [
-        tokenizer(name + '"', add_special_tokens=False)["input_ids"] for name in tool_names
-    ]
+    candidates = [tool_candidate(tokenizer, name) for name in tool_names]
     n_tools, longest = len(candidates), max(len(c) for c in candidates)
     pad = tokenizer.pad_token_id
     # Right-padded: padding after a candidate's last token cannot change that token's score.

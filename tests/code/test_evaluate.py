@@ -18,12 +18,14 @@ from transformers import GenerationConfig
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.decoding import (
+    CANONICAL_TOOL_SLOT,
     EvaluationError,
     action_slot_prefix,
     encode_prompts,
     ends_at_tool_slot,
     greedy_token_ids,
     load_model,
+    tool_candidate,
     tool_probabilities,
 )
 from toolgrpo.evaluation.metrics import compute_metrics
@@ -39,7 +41,7 @@ from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
 from toolgrpo.tasks.evaluate import evaluate_model
-from toolgrpo.training.model import build_tiny
+from toolgrpo.training.model import ANSWER_FRAME, CHAT_FRAME, build_tiny, train_tokenizer
 
 SOLUTION = json.dumps(
     {
@@ -173,15 +175,31 @@ def test_tool_probabilities_do_not_depend_on_batch_padding(random_model_dir):
     np.testing.assert_allclose(batched.sum(axis=1), 1.0)
 
 
+@pytest.mark.parametrize("frame_tokens", [False, True], ids=["bpe", "frame-tokens"])
+def test_a_tool_is_scored_by_the_tokens_an_answer_writes_it_with(frame_tokens):
+    """The candidate is the name and the next token of a real answer, with either tokenizer:
+    scoring `name"` alone would score a token the model never wrote after a name."""
+    rows = _shipped_rows(20)
+    whole = (*CHAT_FRAME, *ANSWER_FRAME) if frame_tokens else ()
+    tokenizer = train_tokenizer([*rows["prompt"], *rows["solution"]], whole_texts=whole)
+    for solution in rows["solution"]:
+        slot = solution.index(CANONICAL_TOOL_SLOT) + len(CANONICAL_TOOL_SLOT)
+        name = solution[slot:].partition('"')[0]
+        answer = tokenizer(solution, add_special_tokens=False)["input_ids"]
+        candidate = tool_candidate(tokenizer, name)
+        assert len(candidate) > len(tokenizer(name, add_special_tokens=False)["input_ids"])
+        assert any(answer[i : i + len(candidate)] == candidate for i in range(len(answer)))
+
+
 def test_tool_probabilities_equal_a_plain_forward_pass_over_each_candidate(random_model_dir):
-    """The cached continuation scores what scoring each `context + name"` from scratch does."""
+    """The cached continuation scores what scoring each candidate from scratch does."""
     tokenizer, model = load_model(random_model_dir)
     context = '{"thought": "先查余额", "action": {"tool": "'
     names = ["withdraw", "check_balance", "get_transactions"]
 
     def log_prob(name: str) -> float:
         prefix = tokenizer(context, add_special_tokens=False)["input_ids"]
-        target = tokenizer(name + '"', add_special_tokens=False)["input_ids"]
+        target = tool_candidate(tokenizer, name)
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([prefix + target])).logits[0]
         log_probs = torch.log_softmax(logits[len(prefix) - 1 : -1], -1)
