@@ -5,8 +5,9 @@ per second of TRL's `SFTTrainer` for each lever against one padded batch of 16 r
 step with the system prompt as one token (the preset before `batch_rebalance`): the system
 prompt as BPE pieces (`model.tiny.system_prompt_token`), TRL's padding-free and BFD-packing
 modes (same tokens per step), `torch_compile`, each step's rows in length-sorted micro-batches
-(`sft.train_sampling_strategy: batch_rebalance`); then where a padded step's time goes (matmuls
-vs the rest, by `torch.profiler`) and the matmul rate that implies.
+(`sft.train_sampling_strategy: batch_rebalance`), the chat and answer frames' constant pieces as
+one token each on top of that (`model.tiny.frame_tokens`); then where a padded step's time goes
+(matmuls vs the rest, by `torch.profiler`) and the matmul rate that implies.
 
     python bench/sft_throughput.py [--steps 20] [--rounds 2] [--preset cpu] [--only NAME ...]
 """
@@ -75,6 +76,11 @@ ARMS = [
         for split in (2, 4)
     ),
 ]
+# Each constant piece of the chat frame and the answer's JSON as one token, on top of the
+# preset's 4 micro-batches (ARMS[-1]): fewer tokens per row, the same rows per step.
+ARMS.append(
+    Arm("frame tokens, 4 micro-batches", {**ARMS[-1].overrides, "model.tiny.frame_tokens": True})
+)
 
 
 def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrainerSeeded, float]:
