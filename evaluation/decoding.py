@@ -29,14 +29,16 @@ from toolgrpo.evaluation.device import CPU, EvalDevice, EvaluationError
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.model import ANSWER_FRAME
 
 # Where the action slot starts in the model's own output: `"tool": "`.
 _TOOL_SLOT = re.compile(r'"tool"\s*:\s*"')
 # The slot is 9 characters: in byte-level BPE at most 9 tokens, plus spaces the pattern allows.
 _TOOL_SLOT_TOKENS = 16
 CANONICAL_TOOL_SLOT = '"tool": "'
-# What follows the tool's name in every answer the model was trained on.
-AFTER_TOOL_NAME = '", "params": {"'
+# What follows the tool's name in every answer the model was trained on: the answer frame's
+# `", "params": {`, then the first parameter's quote.
+AFTER_TOOL_NAME = ANSWER_FRAME[2] + '"'
 
 
 def load_model(
