@@ -8,6 +8,7 @@ scratch. Both halves are ordinary Hugging Face objects: `save_pretrained` writes
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import torch
@@ -59,6 +60,7 @@ _PRE_TOKENIZER_PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 MAX_POSITIONS = 1024
+_LOADING = threading.Lock()
 # An assistant message rendered with the chat template ends with this text, then the end of turn.
 _TURN_PROBE = "turn-end-probe"
 
@@ -180,17 +182,31 @@ def fit_chat_tokenizer(tokenizer: PreTrainedTokenizerBase, source: Path | str) -
     return changes
 
 
+def pretrained(
+    path: Path | str, dtype: torch.dtype
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    """`AutoTokenizer` / `AutoModelForCausalLM.from_pretrained(path)`, one load at a time.
+
+    While it loads, `from_pretrained` swaps process-wide state (`no_tie_weights`,
+    `no_init_weights` replace `PreTrainedModel.tie_weights` and torch's init functions, then put
+    back what they found), so two threads loading at once can leave `tie_weights` a no-op for the
+    rest of the process: every later model's tied LM head stays on the meta device. The ablation
+    evaluates its arms in threads of one process.
+    """
+    with _LOADING:
+        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype
+        )
+
+
 def load_model(
     path: Path | str, settings: ModelSection
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """The tokenizer and causal LM at `path` (a local directory or a hub id), in the configured
     precision, with the chat's end of turn as eos, also ending generation (`fit_chat_tokenizer`)."""
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer, model = pretrained(path, torch.bfloat16 if settings.bf16 else torch.float32)
     for change in fit_chat_tokenizer(tokenizer, path):
         logger.info("%s: tokenizer: %s", path, change)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.bfloat16 if settings.bf16 else torch.float32
-    )
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return tokenizer, model

@@ -1,14 +1,23 @@
 """The locally built tokenizer and model, and the prompt text shared by training and evaluation."""
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from transformers import AutoModelForCausalLM, AutoTokenizer
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.schemas.catalogue import default_catalogue, load_catalogue
 from toolgrpo.training.chat import chat_prompt, system_prompt
-from toolgrpo.training.model import ANSWER_FRAME, CHAT_FRAME, IM_END, IM_START, build_tiny
+from toolgrpo.training.model import (
+    ANSWER_FRAME,
+    CHAT_FRAME,
+    IM_END,
+    IM_START,
+    build_tiny,
+    pretrained,
+)
 
 TEXTS = [
     "If ACC399 has at least 13850, send it to my savings account.",
@@ -102,6 +111,22 @@ def test_every_shipped_answer_is_written_with_the_answer_frame():
         for line in path.read_text(encoding="utf-8").splitlines():
             solution = json.loads(line)["solution"]
             assert all(piece in solution for piece in ANSWER_FRAME), (path, solution)
+
+
+def test_models_loaded_from_threads_at_once_keep_their_tied_head(tiny, tmp_path):
+    """`from_pretrained` swaps process-wide state while it loads; `pretrained` takes turns, so
+    threads loading at once (the ablation's arms) all get a tied head on a real device, and the
+    process keeps the real `tie_weights` for every later load."""
+    tokenizer, model = tiny
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    tie_weights = PreTrainedModel.tie_weights
+    with ThreadPoolExecutor(8) as pool:
+        loaded = list(pool.map(lambda _: pretrained(tmp_path, torch.float32)[1], range(24)))
+    for copy in loaded:
+        assert copy.lm_head.weight.device.type == "cpu"
+        assert copy.lm_head.weight.data_ptr() == copy.model.embed_tokens.weight.data_ptr()
+    assert PreTrainedModel.tie_weights is tie_weights
 
 
 def test_saved_tiny_model_loads_with_auto_classes_and_keeps_the_chat_format(tiny, tmp_path):
