@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (
+    AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -27,7 +28,7 @@ from toolgrpo.evaluation.device import CPU, EvalDevice, EvaluationError
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.training.chat import chat_prompt
-from toolgrpo.training.model import ANSWER_FRAME, pretrained
+from toolgrpo.training.model import ANSWER_FRAME, pretrained_model
 
 # Where the action slot starts in the model's own output: `"tool": "`.
 _TOOL_SLOT = re.compile(r'"tool"\s*:\s*"')
@@ -51,7 +52,8 @@ def load_model(
     # The flow's log carries evaluation progress; a loading bar on the console is only noise.
     transformers.utils.logging.disable_progress_bar()
     try:
-        tokenizer, model = pretrained(model_dir, device.dtype)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = pretrained_model(model_dir, device.dtype)
     except (OSError, ValueError) as error:
         raise EvaluationError(f"{model_dir}: cannot load the saved model: {error}") from None
     if tokenizer.pad_token is None:

@@ -182,10 +182,8 @@ def fit_chat_tokenizer(tokenizer: PreTrainedTokenizerBase, source: Path | str) -
     return changes
 
 
-def pretrained(
-    path: Path | str, dtype: torch.dtype
-) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    """`AutoTokenizer` / `AutoModelForCausalLM.from_pretrained(path)`, one load at a time.
+def pretrained_model(path: Path | str, dtype: torch.dtype) -> PreTrainedModel:
+    """`AutoModelForCausalLM.from_pretrained(path)`, one load at a time.
 
     While it loads, `from_pretrained` swaps process-wide state (`no_tie_weights`,
     `no_init_weights` replace `PreTrainedModel.tie_weights` and torch's init functions, then put
@@ -194,9 +192,7 @@ def pretrained(
     evaluates its arms in threads of one process.
     """
     with _LOADING:
-        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype
-        )
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
 
 
 def load_model(
@@ -204,9 +200,10 @@ def load_model(
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """The tokenizer and causal LM at `path` (a local directory or a hub id), in the configured
     precision, with the chat's end of turn as eos, also ending generation (`fit_chat_tokenizer`)."""
-    tokenizer, model = pretrained(path, torch.bfloat16 if settings.bf16 else torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
     for change in fit_chat_tokenizer(tokenizer, path):
         logger.info("%s: tokenizer: %s", path, change)
+    model = pretrained_model(path, torch.bfloat16 if settings.bf16 else torch.float32)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return tokenizer, model

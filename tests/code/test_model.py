@@ -16,7 +16,7 @@ from toolgrpo.training.model import (
     IM_END,
     IM_START,
     build_tiny,
-    pretrained,
+    pretrained_model,
 )
 
 TEXTS = [
@@ -114,7 +114,7 @@ def test_every_shipped_answer_is_written_with_the_answer_frame():
 
 
 def test_models_loaded_from_threads_at_once_keep_their_tied_head(tiny, tmp_path):
-    """`from_pretrained` swaps process-wide state while it loads; `pretrained` takes turns, so
+    """`from_pretrained` swaps process-wide state while it loads; `pretrained_model` takes turns, so
     threads loading at once (the ablation's arms) all get a tied head on a real device, and the
     process keeps the real `tie_weights` for every later load."""
     tokenizer, model = tiny
@@ -122,7 +122,7 @@ def test_models_loaded_from_threads_at_once_keep_their_tied_head(tiny, tmp_path)
     tokenizer.save_pretrained(tmp_path)
     tie_weights = PreTrainedModel.tie_weights
     with ThreadPoolExecutor(8) as pool:
-        loaded = list(pool.map(lambda _: pretrained(tmp_path, torch.float32)[1], range(24)))
+        loaded = list(pool.map(lambda _: pretrained_model(tmp_path, torch.float32), range(24)))
     for copy in loaded:
         assert copy.lm_head.weight.device.type == "cpu"
         assert copy.lm_head.weight.data_ptr() == copy.model.embed_tokens.weight.data_ptr()
