@@ -1,12 +1,14 @@
 """Issue #16's levers, each alone and together: SFT of the cpu preset, then greedy evaluation.
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
-        [--arms baseline,digits,exercises,both] [--seed 0] [--eval-rows N] [--out DIR]
+        [--arms baseline,digits,exercises,both,redraws] [--seed 0] [--eval-rows N] [--out DIR]
 
 Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
 restated both figures as digits before the verdict (lever 1, shipped from b3c1f7b until it was
 measured and reverted; read from git at `--digits-rev`), `exercises` on the shipped rows plus
-the numeracy exercises at `--aux-share` (lever 2), `both` on the digits rows plus the exercises.
+the numeracy exercises at `--aux-share` (lever 2), `both` on the digits rows plus the exercises,
+`redraws` on the shipped rows plus fresh draws of the conditional steps (data/aux/conditional.jsonl)
+at `--aux-share`.
 Only the training rows differ: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
 per-file accuracy and the conditional steps per comparison kind and branch, as right/n, and
@@ -23,12 +25,21 @@ from pathlib import Path
 from sft_arms import run_side_by_side, train_and_evaluate  # bench/, this script's folder
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.generator.build import REDRAWS_FILE
+from toolgrpo.generator.numeracy import EXERCISES_FILE
 from toolgrpo.training.config import load_preset
 
 DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reasoning
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
-ARMS = {"baseline": (False, False), "digits": (True, False), "exercises": (False, True)}
-ARMS["both"] = (True, True)
+EXERCISES, REDRAWS = DATA_DIR / EXERCISES_FILE, DATA_DIR / REDRAWS_FILE
+# an arm: the digit-restating rows or not, and the auxiliary rows SFT mixes in (if any)
+ARMS = {
+    "baseline": (False, None),
+    "digits": (True, None),
+    "exercises": (False, EXERCISES),
+    "both": (True, EXERCISES),
+    "redraws": (False, REDRAWS),
+}
 
 
 def _training_files(arm_dir: Path, digits: bool, rev: str) -> dict[str, Path]:
@@ -52,14 +63,18 @@ def _training_files(arm_dir: Path, digits: bool, rev: str) -> dict[str, Path]:
 
 def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     """Train the arm's SFT model in `<out>/<name>`, evaluate it, and return its `right/n` cells."""
-    digits, exercises = ARMS[name]
+    digits, aux = ARMS[name]
     arm_dir = args.out / name
     arm_dir.mkdir(parents=True, exist_ok=True)
     files = _training_files(arm_dir, digits, args.digits_rev)
     overrides = {
         "data.train_single_step": files["single_step.jsonl"],
         "data.train_multistep": files["multistep.jsonl"],
-        "data.aux_share": args.aux_share if exercises else 0.0,
+        **(
+            {"data.train_aux": aux, "data.aux_share": args.aux_share}
+            if aux
+            else {"data.aux_share": 0.0}
+        ),
         "sft.num_train_epochs": args.epochs,
         "seed": args.seed,
     }

@@ -2,7 +2,8 @@
 
 Everything is drawn from one `random.Random(seed)` in a fixed order and written with the same
 JSON settings, so `toolgrpo data generate --seed 0` reproduces the shipped files byte for byte
-(the auxiliary numeracy exercises, data/aux/, from their own RNG: numeracy.py).
+(the auxiliary rows under data/aux/ from RNGs of their own: the numeracy exercises, numeracy.py,
+and the conditional redraws, `conditional_redraws`).
 The wording is data (data/phrases/, see phrases.py); steps.py and scenarios.py build the steps.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -21,6 +23,7 @@ from toolgrpo.generator.slots import Slots, draw_slots
 from toolgrpo.generator.steps import Step, planted_check_first, single_step
 from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
 from toolgrpo.schemas.samples import normalise_prompt
+from toolgrpo.validation.wording import request_text
 
 Split = Literal["train", "eval"]
 Kind = Literal["single", "multi"]
@@ -36,6 +39,10 @@ HELD_OUT_MULTI = 1  # the last request of each multi-step list is kept for unsee
 UNSEEN_DRAWS_PER_PHRASING = 2  # a conditional pattern's two draws take one branch each
 
 PLANTED_FILE = "planted_ambiguity.json"
+REDRAWS_FILE = "aux/conditional.jsonl"
+# 8 draws of the 225 conditional training steps: 1,800 rows, so that a 0.3 share of SFT (547
+# rows) is a different draw for each seed.
+REDRAW_ROUNDS = 8
 PLANTED_WHY = (
     "Single-step rows worded as plain withdraw requests (same templates as genuine withdraw "
     "rows) but labelled check_balance under a check-first policy, like the case study's "
@@ -78,12 +85,14 @@ class _Drawn(NamedTuple):
 @dataclass
 class Dataset:
     """Every generated file's rows, the planted ids, and (for tests) each row's phrasing id;
-    the numeracy exercises apart, since they are no scenario's rows."""
+    the auxiliary rows apart (numeracy exercises, conditional redraws), since they are not
+    counted among the training rows."""
 
     files: dict[str, list[dict[str, Any]]]
     planted_ids: list[str]
     phrasing_of: dict[str, str] = field(default_factory=dict)
     exercises: list[dict[str, Any]] = field(default_factory=list)
+    redraws: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _trained_count(requests: PhraseList, lang: Lang, held_out: int) -> int:
@@ -131,7 +140,9 @@ class ScenarioBuilder:
     `unique_requests` is off: a corpus drawing many times more requests than a template has
     slot values)."""
 
-    def __init__(self, seed: int, catalogue: Catalogue, *, unique_requests: bool = True) -> None:
+    def __init__(
+        self, seed: int | str, catalogue: Catalogue, *, unique_requests: bool = True
+    ) -> None:
         self.rng = random.Random(seed)
         self.catalogue = catalogue
         self.unique_requests = unique_requests
@@ -268,6 +279,36 @@ def _unseen_jobs() -> tuple[list[SingleJob], list[MultiJob]]:
     return single, multi
 
 
+def conditional_redraws(
+    seed: int,
+    catalogue: Catalogue,
+    *,
+    rounds: int = REDRAW_ROUNDS,
+    excluded_requests: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """The conditional steps of `rounds` fresh draws of the training scenarios (data/aux's
+    conditional.jsonl, issue #16), none whose request is one of `excluded_requests`.
+
+    The 225 conditional training steps give a model trained from scratch 225 figure pairs to
+    compare, six times each: it learns to write plausible figures rather than copy the prompt's,
+    and decides close to chance. These are the same scenarios drawn again — trained templates and
+    wording, new slot values and balances, each branch as often as in the shipped rows — for SFT
+    to mix in (`data.aux_share`); never counted among the 454 / 823 rows, from their own RNG (the
+    shipped scenarios do not depend on them), never an unseen-phrasing template (only trained
+    ones are drawn)."""
+    excluded = {normalise_prompt(request) for request in excluded_requests}
+    builder = ScenarioBuilder(f"redraws-{seed}", catalogue, unique_requests=False)
+    rows = []
+    for round_number in range(1, rounds + 1):
+        drawn = builder.multi_rows(f"redraw{round_number}", builder.multi_jobs("train"))
+        rows += [
+            row
+            for row in drawn
+            if "condition" in row and normalise_prompt(request_text(row["prompt"])) not in excluded
+        ]
+    return rows
+
+
 def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
     """All shipped rows for `seed`; raises if any generated params break the catalogue's schema."""
     catalogue = catalogue or load_catalogue()
@@ -284,11 +325,15 @@ def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
     sizes = (len(files["train/single_step.jsonl"]), len(files["train/multistep.jsonl"]))
     if sizes != (TRAIN_SINGLE_ROWS, TRAIN_MULTI_ROWS):
         raise ValueError(f"train sizes {sizes}, expected {(TRAIN_SINGLE_ROWS, TRAIN_MULTI_ROWS)}")
+    held_out = [
+        row["prompt"] for name, rows in files.items() if name.startswith("eval/") for row in rows
+    ]
     return Dataset(
         files=files,
         planted_ids=builder.planted,
         phrasing_of=builder.phrasing_of,
         exercises=build_exercises(seed, catalogue),
+        redraws=conditional_redraws(seed, catalogue, excluded_requests=map(request_text, held_out)),
     )
 
 
@@ -296,7 +341,8 @@ def write_dataset(dataset: Dataset, out: Path | str) -> list[Path]:
     """Write the dataset's files under `out` (train/, eval/, aux/, planted_ambiguity.json)."""
     out = Path(out)
     written = []
-    for name, rows in [*dataset.files.items(), (EXERCISES_FILE, dataset.exercises)]:
+    auxiliary = [(EXERCISES_FILE, dataset.exercises), (REDRAWS_FILE, dataset.redraws)]
+    for name, rows in [*dataset.files.items(), *auxiliary]:
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8", newline="\n") as handle:

@@ -110,11 +110,12 @@ class DataSection(Section):
     condition_fails_repeat: int = Field(
         1, ge=1, description="times each condition-fails row appears in both stages"
     )
-    # A model built from scratch has no numeracy: SFT can mix in short exercises (56万 → 560000,
-    # is 4,937,231 元 at least 56万, 200 × 562.54) that are never counted among the training rows.
+    # A model built from scratch has no numeracy: SFT can mix in rows never counted among the
+    # training rows: short exercises (56万 → 560000, is 4,937,231 元 at least 56万, 200 × 562.54),
+    # or data/aux/conditional.jsonl, fresh draws of the conditional steps (README: Numeracy).
     train_aux: Path = Field(
         DATA_DIR / "aux" / "numeracy.jsonl",
-        description="auxiliary exercises (JSONL, sample rows) that only SFT mixes in",
+        description="auxiliary rows (JSONL, sample rows) that only SFT mixes in",
     )
     aux_share: float = Field(
         0.0, ge=0, lt=1, description="share of the SFT rows drawn from train_aux; 0: none"

@@ -17,6 +17,7 @@ from toolgrpo.flows.cli import generate
 from toolgrpo.generator.base_corpus import FIGURE_SEPARATOR, Passage, base_corpus
 from toolgrpo.generator.build import (
     PLANTED_FILE,
+    REDRAWS_FILE,
     Dataset,
     build_dataset,
 )
@@ -216,7 +217,7 @@ def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(
     exercises = _read(EXERCISES_FILE)
     corpus = [{"id": f"base-{i}", "prompt": p.prompt} for i, p in enumerate(base_passages)]
     trained = shipped["train/single_step.jsonl"] + shipped["train/multistep.jsonl"] + exercises
-    trained += corpus
+    trained += corpus + _read(REDRAWS_FILE)
     held_out = [row for name in FILES if name.startswith("eval/") for row in shipped[name]]
     trained_prompts = {normalise_prompt(row["prompt"]) for row in trained}
     assert [r["id"] for r in held_out if normalise_prompt(r["prompt"]) in trained_prompts] == []
@@ -250,6 +251,34 @@ def test_exercises_are_respond_rows_outside_the_counted_training_rows(dataset):
         solution = json.loads(row["solution"])
         assert any(word in solution["thought"].lower() for word in LOGIC_WORDS[row["lang"]])
         assert solution["plan"] and all(solution["plan"]), row["id"]
+
+
+def test_redraws_are_fresh_conditional_steps_of_the_trained_scenarios(shipped, dataset):
+    """Each of the 225 conditional training steps drawn 8 times with new figures, both branches
+    and every tool as often as in the shipped rows, each label the one its figures imply (the
+    data gate checks that: test_shipped_contract); no eval request, no training prompt and no
+    shipped row's id among them."""
+    redraws = _read(REDRAWS_FILE)
+    assert redraws == dataset.redraws and len(redraws) == 8 * 225
+    trained = [r for r in shipped["train/multistep.jsonl"] if "condition" in r]
+    assert len(trained) == 225
+    assert Counter(r["condition"] for r in redraws) == {
+        branch: 8 * n for branch, n in Counter(r["condition"] for r in trained).items()
+    }
+    assert Counter(r["tool"] for r in redraws) == {
+        tool: 8 * n for tool, n in Counter(r["tool"] for r in trained).items()
+    }
+    held_out = {
+        normalise_prompt(_request(r))
+        for name in FILES
+        if name.startswith("eval/")
+        for r in shipped[name]
+    }
+    assert [r["id"] for r in redraws if normalise_prompt(_request(r)) in held_out] == []
+    trained_prompts = {normalise_prompt(r["prompt"]) for r in trained}
+    assert [r["id"] for r in redraws if normalise_prompt(r["prompt"]) in trained_prompts] == []
+    shipped_ids = {r["id"] for rows in shipped.values() for r in rows}
+    assert shipped_ids.isdisjoint(r["id"] for r in redraws)
 
 
 def test_base_corpus_holds_exercises_prompts_and_copy_drills_but_no_decision(base_passages):

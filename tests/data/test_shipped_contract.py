@@ -1,5 +1,5 @@
 """The shipped dataset passes the data gate: every row of every file valid (the auxiliary
-numeracy exercises too), counts as shipped."""
+numeracy exercises and conditional redraws too), counts as shipped."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ SHIPPED = [
     "eval/multistep.jsonl",
     "eval/unseen_phrasing.jsonl",
     "aux/numeracy.jsonl",
+    "aux/conditional.jsonl",
 ]
 
 
@@ -36,9 +37,10 @@ def test_every_shipped_row_passes_the_data_gate(loaded):
 
 
 def test_shipped_labels_agree_with_their_context(loaded):
-    """The tool-selection rows; the numeracy exercises reply about balances and prices by design
-    (their thoughts name check_balance's words, their action is `respond`)."""
-    labels = loaded.frame.filter(~pl.col("file").str.contains("/aux/"))
+    """The tool-selection rows, the conditional redraws among them; the numeracy exercises reply
+    about balances and prices by design (their thoughts name check_balance's words, their action
+    is `respond`)."""
+    labels = loaded.frame.filter(~pl.col("file").str.ends_with("aux/numeracy.jsonl"))
     assert [str(found.problem()) for found in label_inconsistencies(labels)] == []
 
 
@@ -54,7 +56,7 @@ def test_every_conditional_shipped_step_is_checked_against_its_figures(loaded):
     )
     found = {f.id for f in label_inconsistencies(flipped) if f.check == BRANCH_MATCHES_FIGURES}
     conditional = set(loaded.frame.filter(condition.is_not_null())["id"])
-    assert len(conditional) == 291
+    assert len(conditional) == 291 + 1800  # the shipped files' and the redraws'
     assert found == conditional
 
 
