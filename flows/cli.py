@@ -108,7 +108,7 @@ def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
         print(f"cannot write the dataset under {out}: {error}", file=sys.stderr)
         return 2
     for path in written:
-        rows = dataset.files.get(path.relative_to(out).as_posix())
+        rows = dataset.rows_by_file().get(path.relative_to(out).as_posix())
         print(f"{path}: {len(rows)} rows" if rows is not None else f"{path}")
     return 0
 

@@ -94,6 +94,10 @@ class Dataset:
     exercises: list[dict[str, Any]] = field(default_factory=list)
     redraws: list[dict[str, Any]] = field(default_factory=list)
 
+    def rows_by_file(self) -> dict[str, list[dict[str, Any]]]:
+        """Every JSONL file's rows by its path under the data folder, auxiliary ones included."""
+        return self.files | {EXERCISES_FILE: self.exercises, REDRAWS_FILE: self.redraws}
+
 
 def _trained_count(requests: PhraseList, lang: Lang, held_out: int) -> int:
     """How many of a list's requests train and eval use; the rest are kept for unseen."""
@@ -341,8 +345,7 @@ def write_dataset(dataset: Dataset, out: Path | str) -> list[Path]:
     """Write the dataset's files under `out` (train/, eval/, aux/, planted_ambiguity.json)."""
     out = Path(out)
     written = []
-    auxiliary = [(EXERCISES_FILE, dataset.exercises), (REDRAWS_FILE, dataset.redraws)]
-    for name, rows in [*dataset.files.items(), *auxiliary]:
+    for name, rows in dataset.rows_by_file().items():
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8", newline="\n") as handle:
