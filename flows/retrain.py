@@ -197,24 +197,25 @@ def retrain(
     started = time.monotonic()
     catalogue_copy = keep_catalogue(catalogue, run_dir)
     tools = load_catalogue(catalogue_copy)
-    loaded, gate = data_gate(train_files, eval_files, label_overrides, tools, run_dir)
+    requested = load_preset(preset, config.dotted() if config else {})
+    # the rows SFT mixes in (data.train_aux) are training data too: gated with the training files
+    aux = [requested.data.train_aux] if requested.data.aux_share else []
+    loaded, gate = data_gate([*train_files, *aux], eval_files, label_overrides, tools, run_dir)
     if not gate.ok:
         return failed_gate(gate)
     is_train = pl.col("file").is_in({str(p) for p in train_files})
+    is_eval = pl.col("file").is_in({str(p) for p in eval_files})
     single_path, multi_path = write_training_rows(loaded.frame.filter(is_train), run_dir / "data")
-    train_config = load_preset(
-        preset,
+    train_config = requested.with_overrides(
         {
-            **(config.dotted() if config else {}),
             "data.train_single_step": single_path,
             "data.train_multistep": multi_path,
             "data.catalogue": catalogue_copy,
-        },
+        }
     )
     train_rows = evaluation_rows(loaded.frame.filter(is_train), train_config.runtime.eval_max_rows)
-    eval_rows = evaluation_rows(loaded.frame.filter(~is_train), train_config.runtime.eval_max_rows)
+    eval_rows = evaluation_rows(loaded.frame.filter(is_eval), train_config.runtime.eval_max_rows)
     settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
-    aux = [train_config.data.train_aux] if train_config.data.aux_share else []  # SFT-only rows
     key = fingerprint([single_path, multi_path, *aux], train_config)
     wall["data gate"] = time.monotonic() - started
 

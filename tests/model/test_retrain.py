@@ -1,12 +1,13 @@
 """The main job end to end on the smoke preset: gate, train, evaluate, mine, report, cache."""
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
 from transformers import AutoModelForCausalLM
 
-from toolgrpo.flows.retrain import SHIPPED_TRAIN_FILES, retrain
+from toolgrpo.flows.retrain import SHIPPED_TRAIN_FILES, RetrainOverrides, retrain
 from toolgrpo.validation.gate import DataGateFailed
 
 pytestmark = pytest.mark.slow
@@ -89,3 +90,17 @@ def test_invalid_row_stops_the_flow_before_training(prefect_harness, tmp_path):
     (run_dir,) = out.iterdir()
     assert not (run_dir / "sft").exists()
     assert "bad.jsonl:1" in (run_dir / "data_quality" / "report.md").read_text(encoding="utf-8")
+
+
+def test_rows_sft_mixes_in_pass_the_gate_too(prefect_harness, tmp_path):
+    """An auxiliary file (`data.train_aux`) is training data when `data.aux_share` mixes it in:
+    a bad row there stops the run before training, like one in a training file."""
+    row = json.loads(SHIPPED_TRAIN_FILES[0].read_text(encoding="utf-8").splitlines()[0])
+    aux = tmp_path / "aux.jsonl"
+    aux.write_text(json.dumps({**row, "id": "aux-1", "tool": "teleport"}) + "\n", encoding="utf-8")
+    mixed = RetrainOverrides.from_dotted({"data.train_aux": str(aux), "data.aux_share": 0.2})
+    with pytest.raises(DataGateFailed) as failed:
+        retrain(preset="smoke", config=mixed, out=tmp_path / "runs")
+    assert {(Path(p.file).name, p.line) for p in failed.value.report.failures} == {("aux.jsonl", 1)}
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert not (run_dir / "sft").exists()
