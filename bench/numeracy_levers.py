@@ -2,14 +2,15 @@
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
         [--arms baseline,digits,exercises,both,redraws] [--seed 0] [--eval-rows N] [--out DIR]
+        [--set sft.learning_rate=1e-3,…]
 
 Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
 restated both figures as digits before the verdict (lever 1, shipped from b3c1f7b until it was
 measured and reverted; read from git at `--digits-rev`), `exercises` on the shipped rows plus
 the numeracy exercises at `--aux-share` (lever 2), `both` on the digits rows plus the exercises,
 `redraws` on the shipped rows plus fresh draws of the conditional steps (data/aux/conditional.jsonl)
-at `--aux-share`.
-Only the training rows differ: every arm runs this checkout's code and evaluates on this
+at `--aux-share`. `--set` applies the same preset overrides to every arm (e.g. SFT's peak).
+The training rows are what differs: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
 per-file accuracy and the conditional steps per comparison kind and branch, as right/n, and
 each arm's SFT wall time. Two arms run at a time, one torch thread each (`bench/sft_arms.py`,
@@ -22,7 +23,11 @@ import argparse
 import subprocess
 from pathlib import Path
 
-from sft_arms import run_side_by_side, train_and_evaluate  # bench/, this script's folder
+from sft_arms import (  # bench/, this script's folder
+    parse_settings,
+    run_side_by_side,
+    train_and_evaluate,
+)
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.build import REDRAWS_FILE
@@ -77,6 +82,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
         ),
         "sft.num_train_epochs": args.epochs,
         "seed": args.seed,
+        **parse_settings(args.set),
     }
     return train_and_evaluate(arm_dir, overrides, args.threads, args.eval_rows)
 
@@ -90,10 +96,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="of the tiny model, row draws, SFT")
     parser.add_argument("--eval-rows", type=int, default=None, help="rows per eval file (quick)")
     parser.add_argument("--digits-rev", default=DIGITS_REV)
+    parser.add_argument("--set", default="", help="field=value,… overrides for every arm")
     parser.add_argument("--out", type=Path, default=Path("/tmp/numeracy-levers"))
     args = parser.parse_args()
     title = f"SFT only, cpu preset, {args.epochs:g} epochs, aux share {args.aux_share:g}"
-    title += f", seed {args.seed}"
+    title += f", seed {args.seed}" + (f", {args.set}" if args.set else "")
     run_side_by_side(args.arms.split(","), lambda arm: run_arm(arm, args), title)
 
 

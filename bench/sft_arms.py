@@ -117,14 +117,19 @@ def run_side_by_side(arms: list[str], run: Callable[[str], dict[str, str]], titl
         print(f"| {row} | " + " | ".join(cells[arm].get(row, "–") for arm in arms) + " |")
 
 
-def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
-    """`NAME:field=value,field=value` (values read as YAML) as the name and its overrides."""
-    name, _, settings = text.partition(":")
+def parse_settings(settings: str) -> dict[str, Any]:
+    """`field=value,field=value` (values read as YAML) as dotted overrides."""
     overrides = {}
     for setting in filter(None, settings.split(",")):
         field, _, value = setting.partition("=")
         overrides[field.strip()] = yaml.safe_load(value)
-    return name.strip(), overrides
+    return overrides
+
+
+def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
+    """`NAME:field=value,field=value` as the name and its overrides."""
+    name, _, settings = text.partition(":")
+    return name.strip(), parse_settings(settings)
 
 
 def main(
