@@ -34,18 +34,13 @@ from toolgrpo.ablation.arms import (
     start_config,
 )
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
-from toolgrpo.data import DATA_DIR
-from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings
+from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
+from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings, evaluation_rows
 from toolgrpo.schemas.catalogue import CatalogueError
 from toolgrpo.schemas.errors import validation_problems
-from toolgrpo.tasks.ablation import (
-    AblationReport,
-    eval_samples,
-    publish_ablation,
-    train_arm,
-    train_start,
-)
+from toolgrpo.tasks.ablation import AblationReport, publish_ablation, train_arm, train_start
 from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import ConfigError, load_preset
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
@@ -113,7 +108,9 @@ def _failure(what: str, future: PrefectFuture) -> str:
 
 @flow(name="ablation", log_prints=True)
 def ablation(params: AblationParams) -> AblationReport:
-    """Train the starts, then every arm from each, evaluate, aggregate and publish."""
+    """Gate the data, train the starts, then every arm from each, evaluate, aggregate and
+    publish. A failed data gate ends the run Failed before any training (calling the flow then
+    raises `DataGateFailed` with the report)."""
     started = time.monotonic()
     logger = get_run_logger()
     threads = max(1, MAX_TORCH_THREADS // params.workers)
@@ -121,9 +118,6 @@ def ablation(params: AblationParams) -> AblationReport:
     steps = params.steps or base.grpo.max_steps
     eval_every = params.eval_every or max(1, steps // 3)
     seeds = [base.seed + i for i in range(params.seeds)]
-    samples = eval_samples(
-        params.eval_files, base.runtime.eval_max_rows, base.data.tool_catalogue()
-    )
     settings = EvalSettings(max_new_tokens=base.grpo.max_completion_length, torch_threads=threads)
     timeout_s = params.stage_timeout_s
     run_dir = new_run_dir(params.out, "ablation")
@@ -131,12 +125,32 @@ def ablation(params: AblationParams) -> AblationReport:
         "ablation in %s: %d steps, eval every %d, seeds %s", run_dir, steps, eval_every, seeds
     )
 
+    # The main job's gate on every row a stage reads (SFT's auxiliary rows included); the stages
+    # then train on the gated rows, reviewed label overrides applied, as the main job does.
+    train_files = [base.data.train_single_step, base.data.train_multistep]
+    aux = [base.data.train_aux] if base.data.aux_share else []
+    loaded, gate = data_gate(
+        [*train_files, *aux],
+        params.eval_files,
+        LABEL_OVERRIDES,
+        base.data.tool_catalogue(),
+        run_dir / "data_quality",
+    )
+    if not gate.ok:
+        return failed_gate(gate)
+    single_path, multi_path = write_training_rows(
+        rows_of(loaded.frame, train_files), run_dir / "data"
+    )
+    overrides = params.training_overrides() | {
+        "data.train_single_step": single_path,
+        "data.train_multistep": multi_path,
+    }
+    samples = evaluation_rows(rows_of(loaded.frame, params.eval_files), base.runtime.eval_max_rows)
+
     # Every start is submitted before any arm: task threads take work in submission order, so
     # starts train side by side and an arm only ever waits for a start that is already running.
     configs = {
-        (start, seed): start_config(
-            params.preset, start, seed, threads, params.training_overrides()
-        )
+        (start, seed): start_config(params.preset, start, seed, threads, overrides)
         for seed in seeds
         for start in params.starts
     }

@@ -172,9 +172,12 @@ def ablate(
     DASK runs the arms on a Dask cluster instead of WORKERS threads here: `local` (WORKERS
     processes) or a scheduler address such as tcp://host:8786 (needs `toolgrpo[dask]`).
     CATALOGUE: the tool catalogue (JSON) to train and evaluate with (default: data/tools.json).
-    Writes ablation.md / .json / .png in a new folder under OUT.
+    The training and eval rows pass the main job's data gate first. Writes ablation.md / .json /
+    .png in a new folder under OUT. Exit 0: done; 1: the data gate failed or an arm did not
+    finish; 2: usage error.
     """
     from toolgrpo.flows.ablation import parse_params, run_ablation
+    from toolgrpo.validation.gate import DataGateFailed
 
     if problem := catalogue_problem(catalogue):
         say(f"ablate: {problem}", error=True)
@@ -196,7 +199,11 @@ def ablate(
     except ValueError as error:  # AblationError included
         say(f"ablate: {error}", error=True)
         return 2
-    report = run_ablation(params)
+    try:
+        report = run_ablation(params)
+    except DataGateFailed as error:  # the flow run's log lists the problem lines
+        say(f"ablate: {error}", error=True)
+        return 1
     say(f"\n{report.verdict}\n\nreport: {report.markdown_path}")
     for line in report.failed:
         say(f"did not finish: {line}", error=True)

@@ -26,28 +26,18 @@ from toolgrpo.flows.retrain_parameters import RetrainOverrides
 from toolgrpo.reporting.files import replace_file
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.reporting.run_report import before_after_rows
-from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, Catalogue, load_catalogue
-from toolgrpo.schemas.data_quality import DataReport
+from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, load_catalogue
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
-from toolgrpo.schemas.samples import TRAINING_COLUMNS
 from toolgrpo.tasks.audit import cross_fitted_audit
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
-from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
 from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
 from toolgrpo.tasks.train import StageResult, train_stage
-from toolgrpo.tasks.validate import (
-    failed_gate,
-    publish_data_report,
-    summarise_samples,
-    validate_samples,
-)
+from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import TrainConfig, load_preset
 from toolgrpo.training.metrics import read_metrics
-from toolgrpo.validation.loader import LoadedSamples
 
-TRAIN_FILES = {"single": "single_step.jsonl", "multi": "multistep.jsonl"}
 CATALOGUE_FILE = "catalogue.json"
 SHIPPED_TRAIN_FILES = [
     DATA_DIR / "train" / "single_step.jsonl",
@@ -79,43 +69,11 @@ def fingerprint(paths: list[Path], config: TrainConfig, code: list[Path] | None 
     return digest.hexdigest()
 
 
-def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
-    """The validated training rows (overrides applied) as the JSONL files a stage reads."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for kind, name in TRAIN_FILES.items():
-        path = data_dir / name
-        frame.filter(pl.col("kind") == kind).select(TRAINING_COLUMNS).write_ndjson(path)
-        paths.append(path)
-    return paths
-
-
 def keep_catalogue(catalogue: Path | None, run_dir: Path) -> Path:
     """A copy of the catalogue file (default: the shipped one) in the run folder, which the
     stages read: the run keeps the catalogue it was trained and evaluated with."""
     source = catalogue or DEFAULT_CATALOGUE
     return replace_file(run_dir / CATALOGUE_FILE, lambda path: shutil.copyfile(source, path))
-
-
-def data_gate(
-    train_files: list[Path],
-    eval_files: list[Path],
-    label_overrides: Path | None,
-    catalogue: Catalogue,
-    run_dir: Path,
-) -> tuple[LoadedSamples, DataReport]:
-    """Validate every input file against `catalogue`, an eval row found in the training files
-    included (leakage), and publish the report; the flow stops before any training when it
-    fails."""
-    if label_overrides is not None and not label_overrides.is_file():
-        label_overrides = None
-    loaded = load_samples([*train_files, *eval_files], label_overrides, catalogue)
-    report = validate_samples(
-        loaded, [str(p) for p in train_files], [str(p) for p in eval_files], catalogue
-    )
-    return loaded, publish_data_report(
-        report, summarise_samples(loaded), _subdir(run_dir, "data_quality")
-    )
 
 
 def cached_stage(
@@ -138,12 +96,6 @@ def cached_stage(
             stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key
         )
     return result
-
-
-def _subdir(run_dir: Path, name: str) -> Path:
-    path = run_dir / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _retrain_run_name() -> str:
@@ -200,12 +152,14 @@ def retrain(
     requested = load_preset(preset, config.dotted() if config else {})
     # the rows SFT mixes in (data.train_aux) are training data too: gated with the training files
     aux = [requested.data.train_aux] if requested.data.aux_share else []
-    loaded, gate = data_gate([*train_files, *aux], eval_files, label_overrides, tools, run_dir)
+    loaded, gate = data_gate(
+        [*train_files, *aux], eval_files, label_overrides, tools, run_dir / "data_quality"
+    )
     if not gate.ok:
         return failed_gate(gate)
-    is_train = pl.col("file").is_in({str(p) for p in train_files})
-    is_eval = pl.col("file").is_in({str(p) for p in eval_files})
-    single_path, multi_path = write_training_rows(loaded.frame.filter(is_train), run_dir / "data")
+    single_path, multi_path = write_training_rows(
+        rows_of(loaded.frame, train_files), run_dir / "data"
+    )
     train_config = requested.with_overrides(
         {
             "data.train_single_step": single_path,
@@ -213,8 +167,9 @@ def retrain(
             "data.catalogue": catalogue_copy,
         }
     )
-    train_rows = evaluation_rows(loaded.frame.filter(is_train), train_config.runtime.eval_max_rows)
-    eval_rows = evaluation_rows(loaded.frame.filter(is_eval), train_config.runtime.eval_max_rows)
+    max_rows = train_config.runtime.eval_max_rows
+    train_rows = evaluation_rows(rows_of(loaded.frame, train_files), max_rows)
+    eval_rows = evaluation_rows(rows_of(loaded.frame, eval_files), max_rows)
     settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
     key = fingerprint([single_path, multi_path, *aux], train_config)
     wall["data gate"] = time.monotonic() - started

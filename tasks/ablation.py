@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from toolgrpo.ablation.arms import (
     ARM_RECORD,
-    AblationError,
     Arm,
     ArmRun,
     Scores,
@@ -27,7 +26,7 @@ from toolgrpo.ablation.arms import (
 )
 from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.ablation.verdict import write_verdict
-from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
+from toolgrpo.evaluation.predict import EvalSettings
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
 from toolgrpo.reporting.files import write_text_file
 from toolgrpo.reporting.plots import plot_multi_step, png_data_uri
@@ -37,18 +36,6 @@ from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import read_metrics
-from toolgrpo.validation.loader import load_samples
-
-
-def eval_samples(
-    paths: list[Path], max_rows: int | None, catalogue: Catalogue | None = None
-) -> pl.DataFrame:
-    """The held-out rows of `paths` (at most `max_rows` per file), read by the data loader."""
-    loaded = load_samples(paths, catalogue=catalogue)
-    if loaded.problems:
-        shown = "; ".join(str(problem) for problem in loaded.problems[:3])
-        raise AblationError(f"{len(loaded.problems)} unreadable eval rows or files: {shown}")
-    return evaluation_rows(loaded.frame, max_rows)
 
 
 def evaluate_steps(

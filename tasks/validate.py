@@ -1,5 +1,6 @@
 """The data-gate tasks: validate, count, and publish the report (files and artifacts); the
-failed gate as a flow's final state, with its problem lines in the flow run's log.
+failed gate as a flow's final state, with its problem lines in the flow run's log; the gate of a
+flow that trains (`data_gate`) and the gated training rows it writes.
 
 The checks are `toolgrpo.validation` (no Prefect); this module writes report.md, failures.csv,
 conflicts.csv and data_quality.json, and publishes the same as Prefect artifacts.
@@ -26,11 +27,15 @@ from toolgrpo.reporting.data_quality import (
 from toolgrpo.reporting.files import write_csv_file, write_text_file
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
+from toolgrpo.schemas.samples import TRAINING_COLUMNS
+from toolgrpo.tasks.load import load_samples
 from toolgrpo.validation import gate
 from toolgrpo.validation.gate import DataGateFailed
 from toolgrpo.validation.loader import LoadedSamples
 
 DATA_QUALITY_FILE = "data_quality.json"
+# The gated training rows, by kind, as a stage reads them.
+TRAIN_FILES = {"single": "single_step.jsonl", "multi": "multistep.jsonl"}
 # Problem lines logged to the flow run; the rest are counted (failures.csv has them all).
 MAX_LOGGED_PROBLEMS = 100
 
@@ -125,3 +130,40 @@ def publish_data_report(
         description=f"{len(report.conflicts)} label conflict(s): warnings for annotators",
     )
     return report
+
+
+def rows_of(frame: pl.DataFrame, files: list[Path]) -> pl.DataFrame:
+    """The loaded rows that were read from `files`."""
+    return frame.filter(pl.col("file").is_in({str(path) for path in files}))
+
+
+def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
+    """The validated training rows (label overrides applied) as the JSONL files a stage reads:
+    single-step, then multi-step."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for kind, name in TRAIN_FILES.items():
+        path = data_dir / name
+        frame.filter(pl.col("kind") == kind).select(TRAINING_COLUMNS).write_ndjson(path)
+        paths.append(path)
+    return paths
+
+
+def data_gate(
+    train_files: list[Path],
+    eval_files: list[Path],
+    label_overrides: Path | None,
+    catalogue: Catalogue,
+    report_dir: Path,
+) -> tuple[LoadedSamples, DataReport]:
+    """Validate every input file against `catalogue`, an eval row found in the training files
+    included (leakage), and publish the report in `report_dir`; a flow that trains stops before
+    any training when it fails (`failed_gate`)."""
+    if label_overrides is not None and not label_overrides.is_file():
+        label_overrides = None
+    loaded = load_samples([*train_files, *eval_files], label_overrides, catalogue)
+    report = validate_samples(
+        loaded, [str(p) for p in train_files], [str(p) for p in eval_files], catalogue
+    )
+    report_dir.mkdir(parents=True, exist_ok=True)
+    return loaded, publish_data_report(report, summarise_samples(loaded), report_dir)

@@ -2,6 +2,7 @@
 smoke-preset flow run end to end."""
 
 import importlib.util
+import json
 from functools import reduce
 from pathlib import Path
 
@@ -23,8 +24,13 @@ from toolgrpo.flows.ablation import parse_params, run_ablation
 from toolgrpo.reporting.ablation import ablation_markdown
 from toolgrpo.reporting.plots import plot_multi_step
 from toolgrpo.schemas.run import ZeroStdGroups
-from toolgrpo.tasks.ablation import eval_samples
-from toolgrpo.training.config import load_preset, overridable_fields
+from toolgrpo.training.config import (
+    CONFIG_FILENAME,
+    TrainConfig,
+    load_preset,
+    overridable_fields,
+)
+from toolgrpo.validation.gate import DataGateFailed
 
 
 def _scores(step: int, multi: float, single: float = 0.9) -> Scores:
@@ -136,20 +142,59 @@ def test_group_counts_come_from_the_last_line_that_carries_them():
     assert ZeroStdGroups.from_metrics(lines) == ZeroStdGroups(zero=5, changed=3, total=8)
 
 
-def test_eval_rows_carry_their_file_and_respect_the_row_cap():
-    paths = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
-    rows = eval_samples(paths, max_rows=5)
-    assert rows.height == 10
-    assert set(rows["file"]) == {str(path) for path in paths}
+def _bad_training_file(tmp_path: Path) -> Path:
+    """A single-step file whose second row names a tool the catalogue lacks."""
+    good, *_ = (DATA_DIR / "train" / "single_step.jsonl").read_text(encoding="utf-8").splitlines()
+    row = json.loads(good)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(f"{good}\n{json.dumps({**row, 'id': 'bad-2', 'tool': 'teleport'})}\n")
+    return bad
 
 
-def test_a_missing_or_broken_eval_file_is_named_in_the_error(tmp_path):
-    with pytest.raises(AblationError, match=r"nope\.jsonl"):
-        eval_samples([tmp_path / "nope.jsonl"], max_rows=None)
+def test_a_bad_training_row_stops_the_ablation_before_anything_trains(prefect_harness, tmp_path):
+    params = parse_params(
+        preset="smoke",
+        seeds=1,
+        arms=["none"],
+        starts=["single_only"],
+        out=tmp_path / "runs",
+        overrides={"data.train_single_step": str(_bad_training_file(tmp_path))},
+    )
+    with pytest.raises(DataGateFailed) as failed:
+        run_ablation(params)
+    problems = {(Path(p.file).name, p.line, p.check) for p in failed.value.report.failures}
+    assert ("bad.jsonl", 2, "tool_in_catalogue") in problems
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert {p.name for p in run_dir.iterdir()} == {"data_quality"}  # no start, no arm
+    assert "bad.jsonl:2" in (run_dir / "data_quality" / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_broken_eval_row_stops_the_ablation_and_the_cli_names_it(
+    prefect_harness, tmp_path, capsys
+):
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"id": "a"\n', encoding="utf-8")
-    with pytest.raises(AblationError, match=r"broken\.jsonl:1"):
-        eval_samples([broken], max_rows=None)
+    params = parse_params(
+        preset="smoke", seeds=1, arms=["none"], starts=["single_only"], out=tmp_path
+    )
+    with pytest.raises(DataGateFailed) as failed:
+        run_ablation(params.model_copy(update={"eval_files": [broken]}))
+    assert [(Path(p.file).name, p.line) for p in failed.value.report.failures] == [
+        ("broken.jsonl", 1)
+    ]
+    bad = _bad_training_file(tmp_path)
+    code = cli.ablate(
+        preset="smoke",
+        seeds=1,
+        arms="none",
+        starts="single_only",
+        out=tmp_path / "cli",
+        set_=[f"data.train_single_step={bad}"],
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "ablate: data gate failed: 1 of" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -337,6 +382,13 @@ def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, 
     run_dir = report.markdown_path.parent
     assert {p.name for p in run_dir.iterdir()} >= {"ablation.md", "ablation.json", "ablation.png"}
     summary = AblationSummary.model_validate_json(report.json_path.read_text())
+    assert summary.eval_rows == 16  # 8 rows of each held-out file
+    # the stages trained on the rows the data gate passed, as the main job does
+    trained = TrainConfig.model_validate_json(
+        (run_dir / "single_only" / "seed-0" / CONFIG_FILENAME).read_text()
+    )
+    assert trained.data.train_single_step == run_dir / "data" / "single_step.jsonl"
+    assert (run_dir / "data_quality" / "data_quality.json").is_file()
     assert {(run.arm, run.seed) for run in summary.runs} == {("none", 0), ("zero_std", 0)}
     for run in summary.runs:
         assert [s.step for s in run.curve] == [0, 1, 2]  # SFT, checkpoint-1, final model
