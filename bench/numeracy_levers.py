@@ -1,15 +1,17 @@
 """Issue #16's levers, each alone and together: SFT of the cpu preset, then greedy evaluation.
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
-        [--arms baseline,digits,exercises,both,redraws] [--seed 0] [--eval-rows N] [--out DIR]
-        [--set sft.learning_rate=1e-3,…]
+        [--arms baseline,digits,exercises,both,redraws,grouped,…] [--seed 0] [--eval-rows N]
+        [--out DIR] [--set sft.learning_rate=1e-3,…]
 
 Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
 restated both figures as digits before the verdict (lever 1, shipped from b3c1f7b until it was
 measured and reverted; read from git at `--digits-rev`), `exercises` on the shipped rows plus
 the numeracy exercises at `--aux-share` (lever 2), `both` on the digits rows plus the exercises,
 `redraws` on the shipped rows plus fresh draws of the conditional steps (data/aux/conditional.jsonl)
-at `--aux-share`. `--set` applies the same preset overrides to every arm (e.g. SFT's peak).
+at `--aux-share`, `grouped` on the digits rows with each restated figure grouped by thousands
+(`560,000`, as balances are written), `grouped+exercises` on those plus the exercises.
+`--set` applies the same preset overrides to every arm (e.g. SFT's peak).
 The training rows are what differs: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
 per-file accuracy and the conditional steps per comparison kind and branch, as right/n, and
@@ -20,6 +22,8 @@ which runs arms of other settings the same way).
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -37,41 +41,64 @@ from toolgrpo.training.config import load_preset
 DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reasoning
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
 EXERCISES, REDRAWS = DATA_DIR / EXERCISES_FILE, DATA_DIR / REDRAWS_FILE
-# an arm: the digit-restating rows or not, and the auxiliary rows SFT mixes in (if any)
+# an arm: its training rows (the shipped ones; `digits`: those of `--digits-rev`; `grouped`: those
+# with every restated figure of 4+ digits grouped by thousands), and the auxiliary rows SFT mixes
+# in (if any)
 ARMS = {
-    "baseline": (False, None),
-    "digits": (True, None),
-    "exercises": (False, EXERCISES),
-    "both": (True, EXERCISES),
-    "redraws": (False, REDRAWS),
+    "baseline": ("shipped", None),
+    "digits": ("digits", None),
+    "exercises": ("shipped", EXERCISES),
+    "both": ("digits", EXERCISES),
+    "redraws": ("shipped", REDRAWS),
+    "grouped": ("grouped", None),
+    "grouped+exercises": ("grouped", EXERCISES),
 }
+# a figure's whole part of 4+ digits (not a decimal's fraction)
+LONG_FIGURE = re.compile(r"(?<![\d.])\d{4,}")
 
 
-def _training_files(arm_dir: Path, digits: bool, rev: str) -> dict[str, Path]:
-    """The arm's training files: the shipped ones, or (`digits`) those of `rev` written into
-    `arm_dir`."""
-    if not digits:
+def grouped_figures(line: str) -> str:
+    """A digits-rev row whose reasoning restates its figures grouped by thousands (`需要 560,000 ·
+    余额 4,937,231 → 够`): the prompt's own way of writing a balance, so copying it is verbatim and
+    the comparison starts from the count of groups. Only the restatement (before `→`) changes."""
+    row = json.loads(line)
+    if not row.get("condition"):
+        return line
+    solution = json.loads(row["solution"])
+    figures, arrow, verdict = solution["thought"].partition(" → ")
+    grouped = LONG_FIGURE.sub(lambda match: f"{int(match.group()):,}", figures)
+    solution["thought"] = grouped + arrow + verdict
+    row["solution"] = json.dumps(solution, ensure_ascii=False)
+    return json.dumps(row, ensure_ascii=False)
+
+
+def _training_files(arm_dir: Path, rows: str, rev: str) -> dict[str, Path]:
+    """The arm's training files: the shipped ones, or those of `rev` (`grouped`: with their
+    figures grouped) written into `arm_dir`."""
+    if rows == "shipped":
         return {name: DATA_DIR / "train" / name for name in TRAIN_FILES}
     files = {}
     for name in TRAIN_FILES:
-        text = subprocess.run(
+        lines = subprocess.run(
             ["git", "show", f"{rev}:data/train/{name}"],
             cwd=DATA_DIR.parent,
             check=True,
             capture_output=True,
             text=True,
-        ).stdout
+        ).stdout.splitlines()
+        if rows == "grouped":
+            lines = [grouped_figures(line) for line in lines]
         files[name] = arm_dir / name
-        files[name].write_text(text, encoding="utf-8")
+        files[name].write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     return files
 
 
 def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     """Train the arm's SFT model in `<out>/<name>`, evaluate it, and return its `right/n` cells."""
-    digits, aux = ARMS[name]
+    rows, aux = ARMS[name]
     arm_dir = args.out / name
     arm_dir.mkdir(parents=True, exist_ok=True)
-    files = _training_files(arm_dir, digits, args.digits_rev)
+    files = _training_files(arm_dir, rows, args.digits_rev)
     overrides = {
         "data.train_single_step": files["single_step.jsonl"],
         "data.train_multistep": files["multistep.jsonl"],

@@ -138,13 +138,8 @@ def ablation(params: AblationParams) -> AblationReport:
     )
     if not gate.ok:
         return failed_gate(gate)
-    single_path, multi_path = write_training_rows(
-        rows_of(loaded.frame, train_files), run_dir / "data"
-    )
-    overrides = params.training_overrides() | {
-        "data.train_single_step": single_path,
-        "data.train_multistep": multi_path,
-    }
+    gated = write_training_rows(loaded.frame, train_files, aux, run_dir / "data")
+    overrides = params.training_overrides() | gated
     samples = evaluation_rows(rows_of(loaded.frame, params.eval_files), base.runtime.eval_max_rows)
 
     # Every start is submitted before any arm: task threads take work in submission order, so

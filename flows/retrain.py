@@ -150,28 +150,20 @@ def retrain(
     catalogue_copy = keep_catalogue(catalogue, run_dir)
     tools = load_catalogue(catalogue_copy)
     requested = load_preset(preset, config.dotted() if config else {})
-    # the rows SFT mixes in (data.train_aux) are training data too: gated with the training files
+    # the rows SFT mixes in (data.train_aux) are training data too: gated and written with them
     aux = [requested.data.train_aux] if requested.data.aux_share else []
     loaded, gate = data_gate(
         [*train_files, *aux], eval_files, label_overrides, tools, run_dir / "data_quality"
     )
     if not gate.ok:
         return failed_gate(gate)
-    single_path, multi_path = write_training_rows(
-        rows_of(loaded.frame, train_files), run_dir / "data"
-    )
-    train_config = requested.with_overrides(
-        {
-            "data.train_single_step": single_path,
-            "data.train_multistep": multi_path,
-            "data.catalogue": catalogue_copy,
-        }
-    )
+    gated = write_training_rows(loaded.frame, train_files, aux, run_dir / "data")
+    train_config = requested.with_overrides({**gated, "data.catalogue": catalogue_copy})
     max_rows = train_config.runtime.eval_max_rows
     train_rows = evaluation_rows(rows_of(loaded.frame, train_files), max_rows)
     eval_rows = evaluation_rows(rows_of(loaded.frame, eval_files), max_rows)
     settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
-    key = fingerprint([single_path, multi_path, *aux], train_config)
+    key = fingerprint(list(gated.values()), train_config)
     wall["data gate"] = time.monotonic() - started
 
     sft = cached_stage("sft", key, run_dir, train_config, stage_timeout_s)
@@ -205,7 +197,7 @@ def retrain(
     started = time.monotonic()
     cross_fitted = cross_fitted_audit(
         train_rows,
-        [single_path, multi_path],
+        [gated["data.train_single_step"], gated["data.train_multistep"]],
         train_config,
         key,
         audit_folds,

@@ -24,7 +24,7 @@ from toolgrpo.reporting.data_quality import (
     failure_records,
     render_markdown,
 )
-from toolgrpo.reporting.files import write_csv_file, write_text_file
+from toolgrpo.reporting.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.samples import TRAINING_COLUMNS
@@ -34,8 +34,12 @@ from toolgrpo.validation.gate import DataGateFailed
 from toolgrpo.validation.loader import LoadedSamples
 
 DATA_QUALITY_FILE = "data_quality.json"
-# The gated training rows, by kind, as a stage reads them.
-TRAIN_FILES = {"single": "single_step.jsonl", "multi": "multistep.jsonl"}
+# The gated rows a stage reads, by the training config field that names each file.
+GATED_FILES = {
+    "data.train_single_step": "single_step.jsonl",
+    "data.train_multistep": "multistep.jsonl",
+    "data.train_aux": "aux.jsonl",
+}
 # Problem lines logged to the flow run; the rest are counted (failures.csv has them all).
 MAX_LOGGED_PROBLEMS = 100
 
@@ -137,16 +141,25 @@ def rows_of(frame: pl.DataFrame, files: list[Path]) -> pl.DataFrame:
     return frame.filter(pl.col("file").is_in({str(path) for path in files}))
 
 
-def write_training_rows(frame: pl.DataFrame, data_dir: Path) -> list[Path]:
-    """The validated training rows (label overrides applied) as the JSONL files a stage reads:
-    single-step, then multi-step."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for kind, name in TRAIN_FILES.items():
-        path = data_dir / name
-        frame.filter(pl.col("kind") == kind).select(TRAINING_COLUMNS).write_ndjson(path)
-        paths.append(path)
-    return paths
+def write_training_rows(
+    frame: pl.DataFrame, train_files: list[Path], aux_files: list[Path], data_dir: Path
+) -> dict[str, Path]:
+    """The gated rows (label overrides applied) as the JSONL files the stages read, by the
+    training config field that names each: the single- and multi-step rows of `train_files`,
+    and SFT's auxiliary rows of `aux_files` when there are any."""
+    train = rows_of(frame, train_files)
+    parts = {
+        "data.train_single_step": train.filter(pl.col("kind") == "single"),
+        "data.train_multistep": train.filter(pl.col("kind") == "multi"),
+    }
+    if aux_files:
+        parts["data.train_aux"] = rows_of(frame, aux_files)
+    return {
+        field: replace_file(
+            data_dir / GATED_FILES[field], rows.select(TRAINING_COLUMNS).write_ndjson
+        )
+        for field, rows in parts.items()
+    }
 
 
 def data_gate(

@@ -13,9 +13,11 @@ import polars as pl
 import pytest
 
 from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
+from toolgrpo.data import DATA_DIR
+from toolgrpo.generator.numeracy import EXERCISES_FILE
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import new_run_dir
-from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.tasks.validate import validate_samples, write_training_rows
 from toolgrpo.validation import loader
 
 GOOD = json.dumps(SINGLE, ensure_ascii=False).encode()
@@ -357,3 +359,42 @@ def test_native_parquet_reader_gives_the_row_by_row_rows_and_problems(tmp_path, 
     path = tmp_path / "rows.parquet"
     PARQUET_FRAMES[kind].write_parquet(path)
     loaded_both_ways([path])
+
+
+def test_stages_read_the_gated_rows_with_overrides_applied_aux_rows_included(tmp_path):
+    """What a stage trains on is what the gate passed: an override of an auxiliary row (which SFT
+    mixes in) reaches SFT's file as it reaches the training files."""
+    shipped = DATA_DIR / "train" / "multistep.jsonl"
+    multi = write_lines(tmp_path / "multi.jsonl", *shipped.read_bytes().splitlines()[:3])
+    single = write_lines(tmp_path / "single.jsonl", json.dumps(SINGLE).encode())
+    aux_lines = (DATA_DIR / EXERCISES_FILE).read_bytes().splitlines()[:2]
+    aux = write_lines(tmp_path / "aux.jsonl", *aux_lines)
+    relabelled = json.loads(aux_lines[1])["id"]
+    overrides = write_lines(
+        tmp_path / "overrides.jsonl",
+        json.dumps(
+            {
+                "id": relabelled,
+                "tool": "check_balance",
+                "solution": solution("check_balance", {"account": "ACC001"}),
+                "reason": "test",
+                "reviewer": "qa",
+            }
+        ).encode(),
+    )
+    loaded = loader.load_samples([single, multi, aux], overrides)
+
+    written = write_training_rows(loaded.frame, [single, multi], [aux], tmp_path / "data")
+
+    def tools(field: str) -> dict[str, str]:
+        return dict(pl.read_ndjson(written[field]).select("id", "tool").iter_rows())
+
+    assert tools("data.train_single_step") == {SINGLE["id"]: SINGLE["tool"]}
+    assert list(tools("data.train_multistep")) == [
+        json.loads(line)["id"] for line in multi.read_bytes().splitlines()
+    ]
+    assert tools("data.train_aux")[relabelled] == "check_balance"
+    assert set(write_training_rows(loaded.frame, [single, multi], [], tmp_path / "d2")) == {
+        "data.train_single_step",
+        "data.train_multistep",
+    }
