@@ -32,7 +32,7 @@ import yaml
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import EvalSettings, predict, sample_source
-from toolgrpo.training.arithmetic import comparison_right
+from toolgrpo.training.arithmetic import stated_comparison
 from toolgrpo.training.config import load_preset
 
 EVAL_FILES = [
@@ -40,6 +40,7 @@ EVAL_FILES = [
 ]
 SFT_WALL = "SFT wall time (s)"
 PARAMS_EXACT = "exact params, all eval rows"
+FIGURES_STATED = "conditional steps stating both figures"
 COMPARISON_STATED = "conditional steps stating both figures and acting on them"
 
 
@@ -91,17 +92,20 @@ def prediction_cells(predictions: pl.DataFrame) -> dict[str, str]:
 
 
 def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
-    """What the model copies from its prompts: the exact params of the labelled tool, and the
-    conditional steps whose thought states the figures compared and acts on them (issue #16's
-    arithmetic check, `training.arithmetic.comparison_right`)."""
+    """What the model copies from its prompts: the exact params of the labelled tool, the
+    conditional steps whose thought states the figures compared, and those that also act on
+    them (issue #16's arithmetic check, `training.arithmetic.stated_comparison`)."""
     conditional = predictions.filter(pl.col("condition").is_not_null())
-    stated = sum(
-        comparison_right(row["completion"], row["prompt"], row["condition"]) is True
+    checked = [
+        stated_comparison(row["completion"], row["prompt"], row["condition"]) or (False, False)
         for row in conditional.iter_rows(named=True)
-    )
+    ]
+    stated = sum(figures for figures, _ in checked)
+    acted_on = sum(figures and acted for figures, acted in checked)
     return {
         PARAMS_EXACT: f"{predictions['params_exact'].sum()}/{predictions.height}",
-        COMPARISON_STATED: f"{stated}/{conditional.height}",
+        FIGURES_STATED: f"{stated}/{conditional.height}",
+        COMPARISON_STATED: f"{acted_on}/{conditional.height}",
     }
 
 

@@ -30,9 +30,12 @@ def _cents(value: float) -> int:
     return round(value * 100)
 
 
-def comparison_right(completion: object, request: str, condition: str | None) -> bool | None:
-    """Does the completion state the figures its prompt's condition compares and act as they
-    say? None: nothing to check (no condition, or figures that do not parse)."""
+def stated_comparison(
+    completion: object, request: str, condition: str | None
+) -> tuple[bool, bool] | None:
+    """Does the completion state the figures its prompt's condition compares, and is its action
+    the branch those figures imply? Told apart, reading and comparing are two different
+    failures. None: nothing to check (no condition, or figures that do not parse)."""
     verdict = condition_verdict(*split_prompt(request)) if condition is not None else None
     if verdict is None:
         return None
@@ -40,10 +43,17 @@ def comparison_right(completion: object, request: str, condition: str | None) ->
     thought, action = parsed.get("thought"), parsed.get("action")
     tool = action.get("tool") if isinstance(action, dict) else None
     if not isinstance(thought, str) or not isinstance(tool, str):
-        return False
+        return False, False
     stated = {_cents(amount.value) for amount in amounts_in(thought)}
     figures_stated = all(_cents(figure) in stated for figure in verdict.compared)
-    return figures_stated and (tool == REPLY_TOOL) != verdict.holds
+    return figures_stated, (tool == REPLY_TOOL) != verdict.holds
+
+
+def comparison_right(completion: object, request: str, condition: str | None) -> bool | None:
+    """Does the completion state the figures its prompt's condition compares and act as they
+    say? None: nothing to check (no condition, or figures that do not parse)."""
+    checked = stated_comparison(completion, request, condition)
+    return None if checked is None else all(checked)
 
 
 def arithmetic_reward(

@@ -8,7 +8,11 @@ from hypothesis import given, settings
 from test_rewards import any_completion, completion
 
 from toolgrpo.data import DATA_DIR
-from toolgrpo.training.arithmetic import arithmetic_reward, comparison_right
+from toolgrpo.training.arithmetic import (
+    arithmetic_reward,
+    comparison_right,
+    stated_comparison,
+)
 from toolgrpo.training.config import load_preset
 from toolgrpo.training.grpo import grpo_dataset, reward_functions
 from toolgrpo.training.model import train_tokenizer
@@ -64,6 +68,21 @@ def test_a_transfer_condition_pays_the_stated_figures_and_the_branch_they_imply(
 ):
     params = TRANSFER_PARAMS if tool == "transfer_funds" else {"message": "不够"}
     assert score(completion(thought, tool, params)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("thought", "tool", "expected"),
+    [
+        ("余额 4,937,231 元 足够支付 56万，所以现在转账。", "transfer_funds", (True, True)),
+        ("余额 4,937,231 元 不足 56万，所以不能转账。", "respond", (True, False)),  # misjudged
+        ("余额 1,066 元 足够支付 10万，所以现在转账。", "transfer_funds", (False, True)),  # misread
+    ],
+)
+def test_reading_the_figures_and_acting_on_them_are_told_apart(thought, tool, expected):
+    params = TRANSFER_PARAMS if tool == "transfer_funds" else {"message": "不够"}
+    assert stated_comparison(completion(thought, tool, params), TRANSFER, "holds") == expected
+    assert stated_comparison("not json", TRANSFER, "holds") == (False, False)
+    assert stated_comparison(completion(thought, tool, params), TRANSFER, None) is None
 
 
 def test_an_order_condition_compares_the_balance_with_quantity_times_price():
