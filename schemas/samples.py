@@ -79,9 +79,6 @@ def is_condition_fails(kind: str, tool: str, condition: str | None = None) -> bo
 
 
 CONTRACT_COLUMNS = list(SampleRecord.model_fields)
-# What a training stage reads of a row, and all the training cache key sees: a label training
-# never reads (`condition`) does not retrain.
-TRAINING_COLUMNS = [column for column in CONTRACT_COLUMNS if column != "condition"]
 RECORD_SCHEMA = {
     name: pl.Int64 if field.annotation is int else pl.String
     for name, field in SampleRecord.model_fields.items()

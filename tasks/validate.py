@@ -27,7 +27,7 @@ from toolgrpo.reporting.data_quality import (
 from toolgrpo.reporting.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
-from toolgrpo.schemas.samples import TRAINING_COLUMNS
+from toolgrpo.schemas.samples import CONTRACT_COLUMNS
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.validation import gate
 from toolgrpo.validation.gate import DataGateFailed
@@ -146,7 +146,8 @@ def write_training_rows(
 ) -> dict[str, Path]:
     """The gated rows (label overrides applied) as the JSONL files the stages read, by the
     training config field that names each: the single- and multi-step rows of `train_files`,
-    and SFT's auxiliary rows of `aux_files` when there are any."""
+    and SFT's auxiliary rows of `aux_files` when there are any. Every contract column is kept:
+    GRPO's arithmetic component reads a step's `condition`, so the run's key hashes it too."""
     train = rows_of(frame, train_files)
     parts = {
         "data.train_single_step": train.filter(pl.col("kind") == "single"),
@@ -156,7 +157,7 @@ def write_training_rows(
         parts["data.train_aux"] = rows_of(frame, aux_files)
     return {
         field: replace_file(
-            data_dir / GATED_FILES[field], rows.select(TRAINING_COLUMNS).write_ndjson
+            data_dir / GATED_FILES[field], rows.select(CONTRACT_COLUMNS).write_ndjson
         )
         for field, rows in parts.items()
     }

@@ -365,7 +365,9 @@ def test_stages_read_the_gated_rows_with_overrides_applied_aux_rows_included(tmp
     """What a stage trains on is what the gate passed: an override of an auxiliary row (which SFT
     mixes in) reaches SFT's file as it reaches the training files."""
     shipped = DATA_DIR / "train" / "multistep.jsonl"
-    multi = write_lines(tmp_path / "multi.jsonl", *shipped.read_bytes().splitlines()[:3])
+    shipped_lines = shipped.read_bytes().splitlines()
+    conditional = next(line for line in shipped_lines if b'"condition": "' in line)
+    multi = write_lines(tmp_path / "multi.jsonl", *shipped_lines[:3], conditional)
     single = write_lines(tmp_path / "single.jsonl", json.dumps(SINGLE).encode())
     aux_lines = (DATA_DIR / EXERCISES_FILE).read_bytes().splitlines()[:2]
     aux = write_lines(tmp_path / "aux.jsonl", *aux_lines)
@@ -390,9 +392,12 @@ def test_stages_read_the_gated_rows_with_overrides_applied_aux_rows_included(tmp
         return dict(pl.read_ndjson(written[field]).select("id", "tool").iter_rows())
 
     assert tools("data.train_single_step") == {SINGLE["id"]: SINGLE["tool"]}
-    assert list(tools("data.train_multistep")) == [
-        json.loads(line)["id"] for line in multi.read_bytes().splitlines()
-    ]
+    shipped_rows = [json.loads(line) for line in multi.read_bytes().splitlines()]
+    assert list(tools("data.train_multistep")) == [row["id"] for row in shipped_rows]
+    # GRPO's arithmetic component reads each step's branch: it survives the gate
+    branches = pl.read_ndjson(written["data.train_multistep"])["condition"].to_list()
+    assert branches == [row.get("condition") for row in shipped_rows]
+    assert "holds" in branches or "fails" in branches
     assert tools("data.train_aux")[relabelled] == "check_balance"
     assert set(write_training_rows(loaded.frame, [single, multi], [], tmp_path / "d2")) == {
         "data.train_single_step",
