@@ -70,7 +70,9 @@ def test_cross_fitted_audit_scores_each_training_row_with_a_model_that_never_saw
     folds = sorted((run_dir / "audit").glob("fold-*-of-3"))
     assert len(folds) == 3
     for fold in folds:
-        trained = pl.concat([pl.read_ndjson(path) for path in (fold / "data").glob("*.jsonl")])
+        trained = pl.concat(
+            [pl.read_ndjson(path).select("scenario_id") for path in (fold / "data").glob("*.jsonl")]
+        )
         scored = pl.read_parquet(fold / "eval" / "predictions.parquet")
         assert not set(scored["scenario_id"]) & set(trained["scenario_id"])
         assert (fold / "sft" / "model" / "config.json").is_file()
