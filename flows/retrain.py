@@ -151,7 +151,7 @@ def retrain(
     tools = load_catalogue(catalogue_copy)
     requested = load_preset(preset, config.dotted() if config else {})
     # the rows SFT mixes in (data.train_aux) are training data too: gated and written with them
-    aux = [requested.data.train_aux] if requested.data.aux_share else []
+    aux = requested.data.mixed_in_aux()
     loaded, gate = data_gate(
         [*train_files, *aux], eval_files, label_overrides, tools, run_dir / "data_quality"
     )

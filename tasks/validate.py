@@ -179,5 +179,4 @@ def data_gate(
     report = validate_samples(
         loaded, [str(p) for p in train_files], [str(p) for p in eval_files], catalogue
     )
-    report_dir.mkdir(parents=True, exist_ok=True)
     return loaded, publish_data_report(report, summarise_samples(loaded), report_dir)

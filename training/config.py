@@ -121,6 +121,11 @@ class DataSection(Section):
         0.0, ge=0, lt=1, description="share of the SFT rows drawn from train_aux; 0: none"
     )
 
+    def mixed_in_aux(self) -> list[Path]:
+        """The auxiliary file SFT draws rows from (none when `aux_share` is 0): training data,
+        so a flow gates it with the training files."""
+        return [self.train_aux] if self.aux_share else []
+
     def tool_catalogue(self) -> Catalogue:
         """The catalogue at `catalogue` (raises `CatalogueError` when it cannot be used)."""
         return load_catalogue(self.catalogue)
