@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
         [--arms baseline,digits,exercises,both,redraws,grouped,…] [--seed 0] [--eval-rows N]
-        [--out DIR] [--set sft.learning_rate=1e-3,…]
+        [--out DIR] [--set sft.learning_rate=1e-3,…] [--drills 4000]
 
 Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
 restated both figures as digits before the verdict (lever 1, shipped from b3c1f7b until it was
@@ -10,7 +10,10 @@ measured and reverted; read from git at `--digits-rev`), `exercises` on the ship
 the numeracy exercises at `--aux-share` (lever 2), `both` on the digits rows plus the exercises,
 `redraws` on the shipped rows plus fresh draws of the conditional steps (data/aux/conditional.jsonl)
 at `--aux-share`, `grouped` on the digits rows with each restated figure grouped by thousands
-(`560,000`, as balances are written), `grouped+exercises` on those plus the exercises.
+(`560,000`, as balances are written), `grouped+exercises` on those plus the exercises,
+`comparisons` on the digits rows plus `--drills` comparison drills
+(`generator.numeracy.comparison_drills`: cover exercises whose figures are plain digits, drawn so
+that the comparison is the lesson; written into the arm's folder) at `--aux-share`.
 `--set` applies the same preset overrides to every arm (e.g. SFT's peak).
 The training rows are what differs: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
@@ -35,7 +38,7 @@ from sft_arms import (  # bench/, this script's folder
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.build import REDRAWS_FILE
-from toolgrpo.generator.numeracy import EXERCISES_FILE
+from toolgrpo.generator.numeracy import EXERCISES_FILE, comparison_drills
 from toolgrpo.training.config import load_preset
 
 DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reasoning
@@ -43,7 +46,8 @@ TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
 EXERCISES, REDRAWS = DATA_DIR / EXERCISES_FILE, DATA_DIR / REDRAWS_FILE
 # an arm: its training rows (the shipped ones; `digits`: those of `--digits-rev`; `grouped`: those
 # with every restated figure of 4+ digits grouped by thousands), and the auxiliary rows SFT mixes
-# in (if any)
+# in (if any; `COMPARISONS`: drills drawn for the arm)
+COMPARISONS = Path("comparisons.jsonl")
 ARMS = {
     "baseline": ("shipped", None),
     "digits": ("digits", None),
@@ -52,6 +56,7 @@ ARMS = {
     "redraws": ("shipped", REDRAWS),
     "grouped": ("grouped", None),
     "grouped+exercises": ("grouped", EXERCISES),
+    "comparisons": ("digits", COMPARISONS),
 }
 # a figure's whole part of 4+ digits (not a decimal's fraction)
 LONG_FIGURE = re.compile(r"(?<![\d.])\d{4,}")
@@ -99,6 +104,10 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     arm_dir = args.out / name
     arm_dir.mkdir(parents=True, exist_ok=True)
     files = _training_files(arm_dir, rows, args.digits_rev)
+    if aux == COMPARISONS:
+        aux = arm_dir / COMPARISONS
+        drills = comparison_drills(args.seed, args.drills)
+        aux.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in drills))
     overrides = {
         "data.train_single_step": files["single_step.jsonl"],
         "data.train_multistep": files["multistep.jsonl"],
@@ -124,6 +133,7 @@ def main() -> None:
     parser.add_argument("--eval-rows", type=int, default=None, help="rows per eval file (quick)")
     parser.add_argument("--digits-rev", default=DIGITS_REV)
     parser.add_argument("--set", default="", help="field=value,… overrides for every arm")
+    parser.add_argument("--drills", type=int, default=4000, help="comparison drills drawn")
     parser.add_argument("--out", type=Path, default=Path("/tmp/numeracy-levers"))
     args = parser.parse_args()
     title = f"SFT only, cpu preset, {args.epochs:g} epochs, aux share {args.aux_share:g}"

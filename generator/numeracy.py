@@ -11,6 +11,10 @@ product against a balance). Each is a single-step row answered with `respond`, s
 sample contract as it is; the rows are never counted among the 454 / 823 training rows and only
 SFT mixes them in (`data.aux_share`). They are drawn from their own RNG, so the shipped
 scenarios do not depend on them.
+
+`comparison_drills` words many more `cover` exercises with both figures already plain digits
+and drawn to make the comparison itself the lesson (equal lengths, shared leading digits): the
+conditional steps fail at comparing two digit strings once they are read (README "Numeracy").
 """
 
 from __future__ import annotations
@@ -135,6 +139,62 @@ def _figures(exercise: Exercise, rng: random.Random, lang: Lang) -> dict[str, ob
         "balance_digits": balance,
         **_verdict(phrases, "enough" if covers else "short", lang),
     }
+
+
+COMPARISON_DIGITS = 9  # the longest figure a drill compares: scenario balances reach 9 digits
+
+
+def _figure(rng: random.Random, length: int, prefix: str = "") -> str:
+    """A `length`-digit figure without a leading zero that starts with `prefix`."""
+    first = prefix or str(rng.randint(1, 9))
+    return (first + "".join(str(rng.randint(0, 9)) for _ in range(length - len(first))))[:length]
+
+
+def _any_comparison(rng: random.Random) -> tuple[int, int]:
+    """(needed, balance) of 1 to `COMPARISON_DIGITS` digits: half of different lengths (decided
+    by counting digits), half of equal length (decided by the first digit that differs), half of
+    those sharing 1 to all-but-one leading digits."""
+    needed_length = rng.randint(1, COMPARISON_DIGITS)
+    if rng.random() < 0.5:
+        lengths = [n for n in range(1, COMPARISON_DIGITS + 1) if n != needed_length]
+        balance_length = rng.choice(lengths)
+        return int(_figure(rng, needed_length)), int(_figure(rng, balance_length))
+    needed = _figure(rng, needed_length)
+    shared = rng.randint(1, needed_length - 1) if needed_length > 1 and rng.random() < 0.5 else 0
+    return int(needed), int(_figure(rng, needed_length, needed[:shared]))
+
+
+def comparison_pair(rng: random.Random) -> tuple[int, int]:
+    """(needed, balance) as `_any_comparison` draws them, the balance covering the amount (≥)
+    or not with equal chance."""
+    covers = rng.random() < 0.5
+    while True:
+        needed, balance = _any_comparison(rng)
+        if (balance >= needed) == covers:
+            return needed, balance
+
+
+def comparison_drills(
+    seed: int, count: int, *, stream: str = "comparisons"
+) -> list[dict[str, Any]]:
+    """`count` `cover` exercises whose figures are plain digits (`comparison_pair`), half in
+    each language: the request, then the thought `Needed 560000 · balance 4937231 → enough`."""
+    rng = random.Random(f"{stream}-{seed}")
+    phrases = numeracy_phrases()
+    wording = phrases.cover
+    rows = []
+    for index in range(count):
+        lang = LANGS[index % 2]
+        needed, balance = comparison_pair(rng)
+        verdict = "enough" if balance >= needed else "short"
+        figures = {"amount": needed, "amount_digits": needed, "balance": balance}
+        figures |= {"balance_digits": balance, **_verdict(phrases, verdict, lang)}
+        prompt = rng.choice(wording.requests.of(lang)).format(**figures)
+        said = (
+            phrase.say(lang, figures) for phrase in (wording.thought, wording.plan, wording.reply)
+        )
+        rows.append(_exercise_row(f"aux-c-{index + 1:05d}", lang, prompt, *said))
+    return rows
 
 
 def _exercise_row(

@@ -21,7 +21,7 @@ from toolgrpo.generator.build import (
     Dataset,
     build_dataset,
 )
-from toolgrpo.generator.numeracy import EXERCISES_FILE, product_working
+from toolgrpo.generator.numeracy import EXERCISES_FILE, comparison_drills, product_working
 from toolgrpo.generator.phrases import (
     LANGS,
     PHRASES_DIR,
@@ -37,6 +37,8 @@ from toolgrpo.generator.steps import STEP_BUILDERS
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.schemas.completion import Completion
 from toolgrpo.schemas.samples import normalise_prompt
+from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.validate import validate_samples
 from toolgrpo.training.rewards import thought_action_consistent
 from toolgrpo.validation.context import figures_in
 
@@ -304,6 +306,32 @@ def test_figures_are_what_a_prompt_states_as_written_in_order():
     assert figures_in(prompt) == ["ACC703", "150", "META", "76,521 元"]
     assert figures_in("Can I send 10万 or $50 to ACC042? OK") == ["10万", "$50", "ACC042", "OK"]
     assert figures_in("no figure here") == []
+
+
+def test_comparison_drills_state_both_figures_and_the_verdict_they_imply(tmp_path):
+    """Each drill asks with plain digits and restates them before the verdict, which is the
+    comparison's (≥ covers); the verdicts balance, half the pairs have equal lengths (a third of
+    those sharing leading digits), every row passes the data gate, and a seed draws the same."""
+    drills = comparison_drills(0, 2000)
+    assert drills == comparison_drills(0, 2000) and drills != comparison_drills(1, 2000)
+    assert Counter(r["lang"] for r in drills) == {"en": 1000, "zh": 1000}
+    verdicts, equal, shared = Counter(), 0, 0
+    for row in drills:
+        thought = json.loads(row["solution"])["thought"]
+        needed, balance, verdict = re.match(r"\D*(\d+) · \D*(\d+) → ([^,，]+)", thought).groups()
+        assert needed in row["prompt"] and balance in row["prompt"], row
+        covers = int(balance) >= int(needed)
+        assert verdict == {("en", True): "enough", ("en", False): "not enough"}.get(
+            (row["lang"], covers), "够" if covers else "不够"
+        ), row
+        verdicts[covers] += 1
+        equal += len(needed) == len(balance)
+        shared += len(needed) == len(balance) and needed[0] == balance[0]
+    assert 900 < verdicts[True] < 1100 and 800 < equal < 1200 and shared > 250
+    path = tmp_path / "drills.jsonl"
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in drills))
+    report = validate_samples.fn(load_samples.fn([path]))
+    assert [str(p) for p in report.failures] == [] and report.valid_rows == 2000
 
 
 def test_exercise_working_multiplies_by_place_value():
