@@ -1,7 +1,7 @@
 """Issue #16's levers, each alone and together: SFT of the cpu preset, then greedy evaluation.
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
-        [--arms baseline,digits,exercises,both,redraws,grouped,…] [--seed 0] [--eval-rows N]
+        [--arms baseline,digits,exercises,both,redraws,grouped,padded,…] [--seed 0] [--eval-rows N]
         [--out DIR] [--set sft.learning_rate=1e-3,…] [--drills 4000]
 
 Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
@@ -13,7 +13,9 @@ at `--aux-share`, `grouped` on the digits rows with each restated figure grouped
 (`560,000`, as balances are written), `grouped+exercises` on those plus the exercises,
 `comparisons` on the digits rows plus `--drills` comparison drills
 (`generator.numeracy.comparison_drills`: cover exercises whose figures are plain digits, drawn so
-that the comparison is the lesson; written into the arm's folder) at `--aux-share`.
+that the comparison is the lesson; written into the arm's folder) at `--aux-share`, `padded` on
+the digits rows and drills with both compared figures zero-padded to 10 digits (`需要 0000560000
+· 余额 0004937231 → 够`: the form `bench/comparison_probe.py` found easier to compare).
 `--set` applies the same preset overrides to every arm (e.g. SFT's peak).
 The training rows are what differs: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
@@ -28,6 +30,7 @@ import argparse
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from sft_arms import (  # bench/, this script's folder
@@ -45,9 +48,11 @@ DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reaso
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
 EXERCISES, REDRAWS = DATA_DIR / EXERCISES_FILE, DATA_DIR / REDRAWS_FILE
 # an arm: its training rows (the shipped ones; `digits`: those of `--digits-rev`; `grouped`: those
-# with every restated figure of 4+ digits grouped by thousands), and the auxiliary rows SFT mixes
-# in (if any; `COMPARISONS`: drills drawn for the arm)
+# with every restated figure of 4+ digits grouped by thousands; `padded`: with both compared
+# figures zero-padded), and the auxiliary rows SFT mixes in (if any; `COMPARISONS`: drills drawn
+# for the arm, in its rows' form)
 COMPARISONS = Path("comparisons.jsonl")
+PAD_TO = 10  # digits: scenario balances reach 9
 ARMS = {
     "baseline": ("shipped", None),
     "digits": ("digits", None),
@@ -57,29 +62,54 @@ ARMS = {
     "grouped": ("grouped", None),
     "grouped+exercises": ("grouped", EXERCISES),
     "comparisons": ("digits", COMPARISONS),
+    "padded": ("padded", COMPARISONS),
 }
 # a figure's whole part of 4+ digits (not a decimal's fraction)
 LONG_FIGURE = re.compile(r"(?<![\d.])\d{4,}")
+# the two figures a restatement compares: the one before ` · ` and the last one after it
+# (`200 × 562.54 = 112508 · 余额 98404`), each a whole part and an optional fraction
+COMPARED = re.compile(r"(\d+)(\.\d+)? · (\D*)(\d+)(\.\d+)?$")
 
 
-def grouped_figures(line: str) -> str:
-    """A digits-rev row whose reasoning restates its figures grouped by thousands (`需要 560,000 ·
-    余额 4,937,231 → 够`): the prompt's own way of writing a balance, so copying it is verbatim and
-    the comparison starts from the count of groups. Only the restatement (before `→`) changes."""
+def grouped(figures: str) -> str:
+    """`需要 560,000 · 余额 4,937,231`: the prompt's own way of writing a balance, so copying it is
+    verbatim and the comparison starts from the count of groups."""
+    return LONG_FIGURE.sub(lambda match: f"{int(match.group()):,}", figures)
+
+
+def padded(figures: str) -> str:
+    """`需要 0000560000 · 余额 0004937231`: equal places at a fixed distance, so the comparison is
+    the first place that differs."""
+
+    def pad(match: re.Match[str]) -> str:
+        whole, fraction, words, other_whole, other_fraction = match.groups()
+        return (
+            f"{int(whole):0{PAD_TO}d}{fraction or ''} · {words}"
+            f"{int(other_whole):0{PAD_TO}d}{other_fraction or ''}"
+        )
+
+    return COMPARED.sub(pad, figures)
+
+
+def restated(line: str, rewrite: Callable[[str], str]) -> str:
+    """A digits-rev row whose conditional reasoning restates its figures in another form: only
+    the restatement (before `→`) changes."""
     row = json.loads(line)
     if not row.get("condition"):
         return line
     solution = json.loads(row["solution"])
     figures, arrow, verdict = solution["thought"].partition(" → ")
-    grouped = LONG_FIGURE.sub(lambda match: f"{int(match.group()):,}", figures)
-    solution["thought"] = grouped + arrow + verdict
+    solution["thought"] = rewrite(figures) + arrow + verdict
     row["solution"] = json.dumps(solution, ensure_ascii=False)
     return json.dumps(row, ensure_ascii=False)
 
 
+REWRITES = {"grouped": grouped, "padded": padded}
+
+
 def _training_files(arm_dir: Path, rows: str, rev: str) -> dict[str, Path]:
-    """The arm's training files: the shipped ones, or those of `rev` (`grouped`: with their
-    figures grouped) written into `arm_dir`."""
+    """The arm's training files: the shipped ones, or those of `rev` (`grouped`, `padded`: with
+    their restated figures rewritten) written into `arm_dir`."""
     if rows == "shipped":
         return {name: DATA_DIR / "train" / name for name in TRAIN_FILES}
     files = {}
@@ -91,8 +121,8 @@ def _training_files(arm_dir: Path, rows: str, rev: str) -> dict[str, Path]:
             capture_output=True,
             text=True,
         ).stdout.splitlines()
-        if rows == "grouped":
-            lines = [grouped_figures(line) for line in lines]
+        if rows in REWRITES:
+            lines = [restated(line, REWRITES[rows]) for line in lines]
         files[name] = arm_dir / name
         files[name].write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     return files
@@ -106,7 +136,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     files = _training_files(arm_dir, rows, args.digits_rev)
     if aux == COMPARISONS:
         aux = arm_dir / COMPARISONS
-        drills = comparison_drills(args.seed, args.drills)
+        drills = comparison_drills(args.seed, args.drills, pad_to=PAD_TO * (rows == "padded"))
         aux.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in drills))
     overrides = {
         "data.train_single_step": files["single_step.jsonl"],
