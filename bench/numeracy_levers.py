@@ -1,8 +1,8 @@
 """Issue #16's levers, each alone and together: SFT of the cpu preset, then greedy evaluation.
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
-        [--arms baseline,digits,exercises,both,redraws,grouped,padded,…] [--seed 0] [--eval-rows N]
-        [--out DIR] [--set sft.learning_rate=1e-3,…] [--drills 4000]
+        [--arms baseline,digits,exercises,both,redraws,grouped,padded,counted,…] [--seed 0]
+        [--eval-rows N] [--out DIR] [--set sft.learning_rate=1e-3,…] [--drills 4000]
 
 Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
 restated both figures as digits before the verdict (lever 1, shipped from b3c1f7b until it was
@@ -15,7 +15,9 @@ at `--aux-share`, `grouped` on the digits rows with each restated figure grouped
 (`generator.numeracy.comparison_drills`: cover exercises whose figures are plain digits, drawn so
 that the comparison is the lesson; written into the arm's folder) at `--aux-share`, `padded` on
 the digits rows and drills with both compared figures zero-padded to 10 digits (`需要 0000560000
-· 余额 0004937231 → 够`: the form `bench/comparison_probe.py` found easier to compare).
+· 余额 0004937231 → 够`: the form `bench/comparison_probe.py` found easier to compare),
+`counted` with each compared figure followed by its count of whole digits (`需要 560000 [6] · 余额
+4937231 [7] → 够`: written after the figure, so no digit is needed before it is copied).
 `--set` applies the same preset overrides to every arm (e.g. SFT's peak).
 The training rows are what differs: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
@@ -48,9 +50,9 @@ DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reaso
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
 EXERCISES, REDRAWS = DATA_DIR / EXERCISES_FILE, DATA_DIR / REDRAWS_FILE
 # an arm: its training rows (the shipped ones; `digits`: those of `--digits-rev`; `grouped`: those
-# with every restated figure of 4+ digits grouped by thousands; `padded`: with both compared
-# figures zero-padded), and the auxiliary rows SFT mixes in (if any; `COMPARISONS`: drills drawn
-# for the arm, in its rows' form)
+# with every restated figure of 4+ digits grouped by thousands; `padded`, `counted`: with both
+# compared figures in that form), and the auxiliary rows SFT mixes in (if any; `COMPARISONS`:
+# drills drawn for the arm, in its rows' form)
 COMPARISONS = Path("comparisons.jsonl")
 PAD_TO = 10  # digits: scenario balances reach 9
 ARMS = {
@@ -63,6 +65,7 @@ ARMS = {
     "grouped+exercises": ("grouped", EXERCISES),
     "comparisons": ("digits", COMPARISONS),
     "padded": ("padded", COMPARISONS),
+    "counted": ("counted", COMPARISONS),
 }
 # a figure's whole part of 4+ digits (not a decimal's fraction)
 LONG_FIGURE = re.compile(r"(?<![\d.])\d{4,}")
@@ -77,18 +80,29 @@ def grouped(figures: str) -> str:
     return LONG_FIGURE.sub(lambda match: f"{int(match.group()):,}", figures)
 
 
-def padded(figures: str) -> str:
-    """`需要 0000560000 · 余额 0004937231`: equal places at a fixed distance, so the comparison is
-    the first place that differs."""
+# a compared figure in another form, from its whole part and its fraction (`.54` or "")
+FIGURE_FORMS: dict[str, Callable[[int, str], str]] = {
+    # equal places at a fixed distance, so the comparison is the first place that differs
+    "padded": lambda whole, fraction: f"{whole:0{PAD_TO}d}{fraction}",
+    # the digit counts decide figures of different lengths, the digits the rest
+    "counted": lambda whole, fraction: f"{whole}{fraction} [{len(str(whole))}]",
+}
 
-    def pad(match: re.Match[str]) -> str:
-        whole, fraction, words, other_whole, other_fraction = match.groups()
-        return (
-            f"{int(whole):0{PAD_TO}d}{fraction or ''} · {words}"
-            f"{int(other_whole):0{PAD_TO}d}{other_fraction or ''}"
-        )
 
-    return COMPARED.sub(pad, figures)
+def compared_in(form: str) -> Callable[[str], str]:
+    """The rewrite of a restatement whose two compared figures are written in `form`
+    (`需要 0000560000 · 余额 0004937231`, `200 × 562.54 = 112508 [6] · 余额 98404 [5]`)."""
+    write = FIGURE_FORMS[form]
+
+    def rewrite(figures: str) -> str:
+        def both(match: re.Match[str]) -> str:
+            whole, fraction, words, other_whole, other_fraction = match.groups()
+            first = write(int(whole), fraction or "")
+            return f"{first} · {words}{write(int(other_whole), other_fraction or '')}"
+
+        return COMPARED.sub(both, figures)
+
+    return rewrite
 
 
 def restated(line: str, rewrite: Callable[[str], str]) -> str:
@@ -104,12 +118,12 @@ def restated(line: str, rewrite: Callable[[str], str]) -> str:
     return json.dumps(row, ensure_ascii=False)
 
 
-REWRITES = {"grouped": grouped, "padded": padded}
+REWRITES = {"grouped": grouped} | {form: compared_in(form) for form in FIGURE_FORMS}
 
 
 def _training_files(arm_dir: Path, rows: str, rev: str) -> dict[str, Path]:
-    """The arm's training files: the shipped ones, or those of `rev` (`grouped`, `padded`: with
-    their restated figures rewritten) written into `arm_dir`."""
+    """The arm's training files: the shipped ones, or those of `rev` (`grouped`, `padded`,
+    `counted`: with their restated figures rewritten) written into `arm_dir`."""
     if rows == "shipped":
         return {name: DATA_DIR / "train" / name for name in TRAIN_FILES}
     files = {}
@@ -136,7 +150,9 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     files = _training_files(arm_dir, rows, args.digits_rev)
     if aux == COMPARISONS:
         aux = arm_dir / COMPARISONS
-        drills = comparison_drills(args.seed, args.drills, pad_to=PAD_TO * (rows == "padded"))
+        form = FIGURE_FORMS.get(rows)
+        restate = (lambda value: form(value, "")) if form else str
+        drills = comparison_drills(args.seed, args.drills, restate=restate)
         aux.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in drills))
     overrides = {
         "data.train_single_step": files["single_step.jsonl"],

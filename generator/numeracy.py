@@ -175,13 +175,16 @@ def comparison_pair(rng: random.Random) -> tuple[int, int]:
 
 
 def comparison_drills(
-    seed: int, count: int, *, stream: str = "comparisons", pad_to: int = 0
+    seed: int,
+    count: int,
+    *,
+    stream: str = "comparisons",
+    restate: Callable[[int], str] = str,
 ) -> list[dict[str, Any]]:
     """`count` `cover` exercises whose figures are plain digits (`comparison_pair`), half in
-    each language: the request, then the thought `Needed 560000 · balance 4937231 → enough`;
-    with `pad_to`, the thought restates both zero-padded to that many digits (`Needed
-    0000560000 · balance 0004937231`: equal places at a fixed distance, the `padded` form of
-    `bench/comparison_probe.py`), the request and reply as before."""
+    each language: the request, then the thought `Needed 560000 · balance 4937231 → enough`,
+    each figure restated by `restate` (e.g. zero-padded: `Needed 0000560000 · balance
+    0004937231`), the request and reply as they are."""
     rng = random.Random(f"{stream}-{seed}")
     phrases = numeracy_phrases()
     wording = phrases.cover
@@ -190,8 +193,8 @@ def comparison_drills(
         lang = LANGS[index % 2]
         needed, balance = comparison_pair(rng)
         verdict = "enough" if balance >= needed else "short"
-        figures = {"amount": needed, "amount_digits": f"{needed:0{pad_to}d}", "balance": balance}
-        figures |= {"balance_digits": f"{balance:0{pad_to}d}", **_verdict(phrases, verdict, lang)}
+        figures = {"amount": needed, "amount_digits": restate(needed), "balance": balance}
+        figures |= {"balance_digits": restate(balance), **_verdict(phrases, verdict, lang)}
         prompt = rng.choice(wording.requests.of(lang)).format(**figures)
         said = (
             phrase.say(lang, figures) for phrase in (wording.thought, wording.plan, wording.reply)

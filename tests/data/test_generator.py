@@ -308,21 +308,22 @@ def test_figures_are_what_a_prompt_states_as_written_in_order():
     assert figures_in("no figure here") == []
 
 
-@pytest.mark.parametrize("pad_to", [0, 10])
-def test_comparison_drills_state_both_figures_and_the_verdict_they_imply(tmp_path, pad_to):
-    """Each drill asks with plain digits and restates them (zero-padded to `pad_to` digits)
+@pytest.mark.parametrize("padded", [False, True])
+def test_comparison_drills_state_both_figures_and_the_verdict_they_imply(tmp_path, padded):
+    """Each drill asks with plain digits and restates them (as they are, or zero-padded to 10)
     before the verdict, which is the comparison's (≥ covers); the verdicts balance, half the
     pairs have equal lengths (a third of those sharing leading digits), every row passes the data
     gate, and a seed draws the same."""
-    drills = comparison_drills(0, 2000, pad_to=pad_to)
-    assert drills == comparison_drills(0, 2000, pad_to=pad_to)
-    assert drills != comparison_drills(1, 2000, pad_to=pad_to)
+    restate = (lambda value: f"{value:010d}") if padded else str
+    drills = comparison_drills(0, 2000, restate=restate)
+    assert drills == comparison_drills(0, 2000, restate=restate)
+    assert drills != comparison_drills(1, 2000, restate=restate)
     assert Counter(r["lang"] for r in drills) == {"en": 1000, "zh": 1000}
     verdicts, equal, shared = Counter(), 0, 0
     for row in drills:
         thought = json.loads(row["solution"])["thought"]
         restated = re.match(r"\D*(\d+) · \D*(\d+) → ([^,，]+)", thought).groups()
-        assert all(len(figure) >= pad_to for figure in restated[:2]), thought
+        assert all((len(figure) == 10) == padded for figure in restated[:2]), thought
         needed, balance, verdict = str(int(restated[0])), str(int(restated[1])), restated[2]
         assert needed in row["prompt"] and balance in row["prompt"], row
         covers = int(balance) >= int(needed)
