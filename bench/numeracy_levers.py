@@ -1,7 +1,7 @@
 """Issue #16's levers, each alone and together: SFT of the cpu preset, then greedy evaluation.
 
     .venv/bin/python bench/numeracy_levers.py [--epochs 6] [--aux-share 0.2] [--threads 1]
-        [--arms baseline,digits,exercises,both,redraws,grouped,padded,counted,…] [--seed 0]
+        [--arms baseline,digits,both,padded,counted,decided,…] [--seed 0]
         [--eval-rows N] [--out DIR] [--set sft.learning_rate=1e-3,…] [--drills 4000]
 
 Arms: `baseline` trains on the shipped rows, `digits` on the rows whose conditional reasoning
@@ -17,7 +17,9 @@ that the comparison is the lesson; written into the arm's folder) at `--aux-shar
 the digits rows and drills with both compared figures zero-padded to 10 digits (`需要 0000560000
 · 余额 0004937231 → 够`: the form `bench/comparison_probe.py` found easier to compare),
 `counted` with each compared figure followed by its count of whole digits (`需要 560000 [6] · 余额
-4937231 [7] → 够`: written after the figure, so no digit is needed before it is copied).
+4937231 [7] → 够`: written after the figure, so no digit is needed before it is copied),
+`decided` counted and, where the counts are equal, the first digits that differ (`需要 3550 [4] ·
+余额 5666 [4] · 3 < 5 → 够`).
 `--set` applies the same preset overrides to every arm (e.g. SFT's peak).
 The training rows are what differs: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
@@ -50,9 +52,9 @@ DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reaso
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
 EXERCISES, REDRAWS = DATA_DIR / EXERCISES_FILE, DATA_DIR / REDRAWS_FILE
 # an arm: its training rows (the shipped ones; `digits`: those of `--digits-rev`; `grouped`: those
-# with every restated figure of 4+ digits grouped by thousands; `padded`, `counted`: with both
-# compared figures in that form), and the auxiliary rows SFT mixes in (if any; `COMPARISONS`:
-# drills drawn for the arm, in its rows' form)
+# with every restated figure of 4+ digits grouped by thousands; `padded`, `counted`, `decided`:
+# with both compared figures in that form), and the auxiliary rows SFT mixes in (if any;
+# `COMPARISONS`: drills drawn for the arm, in its rows' form)
 COMPARISONS = Path("comparisons.jsonl")
 PAD_TO = 10  # digits: scenario balances reach 9
 ARMS = {
@@ -66,12 +68,13 @@ ARMS = {
     "comparisons": ("digits", COMPARISONS),
     "padded": ("padded", COMPARISONS),
     "counted": ("counted", COMPARISONS),
+    "decided": ("decided", COMPARISONS),
 }
 # a figure's whole part of 4+ digits (not a decimal's fraction)
 LONG_FIGURE = re.compile(r"(?<![\d.])\d{4,}")
 # the two figures a restatement compares: the one before ` · ` and the last one after it
-# (`200 × 562.54 = 112508 · 余额 98404`), each a whole part and an optional fraction
-COMPARED = re.compile(r"(\d+)(\.\d+)? · (\D*)(\d+)(\.\d+)?$")
+# (`200 × 562.54 = 112508 · 余额 98404`)
+COMPARED = re.compile(r"(\d+(?:\.\d+)?) · (\D*)(\d+(?:\.\d+)?)$")
 
 
 def grouped(figures: str) -> str:
@@ -80,25 +83,50 @@ def grouped(figures: str) -> str:
     return LONG_FIGURE.sub(lambda match: f"{int(match.group()):,}", figures)
 
 
-# a compared figure in another form, from its whole part and its fraction (`.54` or "")
-FIGURE_FORMS: dict[str, Callable[[int, str], str]] = {
-    # equal places at a fixed distance, so the comparison is the first place that differs
-    "padded": lambda whole, fraction: f"{whole:0{PAD_TO}d}{fraction}",
-    # the digit counts decide figures of different lengths, the digits the rest
-    "counted": lambda whole, fraction: f"{whole}{fraction} [{len(str(whole))}]",
+def _whole(figure: str) -> str:
+    return figure.partition(".")[0]
+
+
+def _padded(needed: str, balance: str) -> tuple[str, str]:
+    """Equal places at a fixed distance, so the comparison is the first place that differs."""
+    return tuple(f"{int(_whole(f)):0{PAD_TO}d}{f[len(_whole(f)) :]}" for f in (needed, balance))
+
+
+def _counted(needed: str, balance: str) -> tuple[str, str]:
+    """The digit counts decide figures of different lengths, the digits the rest."""
+    return tuple(f"{f} [{len(_whole(f))}]" for f in (needed, balance))
+
+
+def _decided(needed: str, balance: str) -> tuple[str, str]:
+    """Counted, and where the counts are equal the first pair of digits that differ (`3550 [4] ·
+    5666 [4] · 3 < 5`, `=` for equal whole parts): the comparison written out to one digit."""
+    first, second = _whole(needed), _whole(balance)
+    deciding = ""
+    if len(first) == len(second):
+        pair = next(((a, b) for a, b in zip(first, second, strict=True) if a != b), None)
+        deciding = f" · {pair[0]} {'<' if pair[0] < pair[1] else '>'} {pair[1]}" if pair else " · ="
+    counted_needed, counted_balance = _counted(needed, balance)
+    return counted_needed, counted_balance + deciding
+
+
+# the two compared figures, as written, in another form (`needed · balance`, `quote · limit`)
+PAIR_FORMS: dict[str, Callable[[str, str], tuple[str, str]]] = {
+    "padded": _padded,
+    "counted": _counted,
+    "decided": _decided,
 }
 
 
 def compared_in(form: str) -> Callable[[str], str]:
     """The rewrite of a restatement whose two compared figures are written in `form`
     (`需要 0000560000 · 余额 0004937231`, `200 × 562.54 = 112508 [6] · 余额 98404 [5]`)."""
-    write = FIGURE_FORMS[form]
+    write = PAIR_FORMS[form]
 
     def rewrite(figures: str) -> str:
         def both(match: re.Match[str]) -> str:
-            whole, fraction, words, other_whole, other_fraction = match.groups()
-            first = write(int(whole), fraction or "")
-            return f"{first} · {words}{write(int(other_whole), other_fraction or '')}"
+            first, words, second = match.groups()
+            first, second = write(first, second)
+            return f"{first} · {words}{second}"
 
         return COMPARED.sub(both, figures)
 
@@ -118,12 +146,12 @@ def restated(line: str, rewrite: Callable[[str], str]) -> str:
     return json.dumps(row, ensure_ascii=False)
 
 
-REWRITES = {"grouped": grouped} | {form: compared_in(form) for form in FIGURE_FORMS}
+REWRITES = {"grouped": grouped} | {form: compared_in(form) for form in PAIR_FORMS}
 
 
 def _training_files(arm_dir: Path, rows: str, rev: str) -> dict[str, Path]:
-    """The arm's training files: the shipped ones, or those of `rev` (`grouped`, `padded`,
-    `counted`: with their restated figures rewritten) written into `arm_dir`."""
+    """The arm's training files: the shipped ones, or those of `rev` (`grouped`, `padded`, …:
+    with their restated figures rewritten) written into `arm_dir`."""
     if rows == "shipped":
         return {name: DATA_DIR / "train" / name for name in TRAIN_FILES}
     files = {}
@@ -150,8 +178,8 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     files = _training_files(arm_dir, rows, args.digits_rev)
     if aux == COMPARISONS:
         aux = arm_dir / COMPARISONS
-        form = FIGURE_FORMS.get(rows)
-        restate = (lambda value: form(value, "")) if form else str
+        form = PAIR_FORMS.get(rows)
+        restate = (lambda needed, balance: form(str(needed), str(balance))) if form else None
         drills = comparison_drills(args.seed, args.drills, restate=restate)
         aux.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in drills))
     overrides = {

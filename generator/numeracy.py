@@ -179,12 +179,12 @@ def comparison_drills(
     count: int,
     *,
     stream: str = "comparisons",
-    restate: Callable[[int], str] = str,
+    restate: Callable[[int, int], tuple[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """`count` `cover` exercises whose figures are plain digits (`comparison_pair`), half in
-    each language: the request, then the thought `Needed 560000 · balance 4937231 → enough`,
-    each figure restated by `restate` (e.g. zero-padded: `Needed 0000560000 · balance
-    0004937231`), the request and reply as they are."""
+    each language: the request, then the thought `Needed 560000 · balance 4937231 → enough`;
+    `restate` writes the two figures of the thought in another form (e.g. zero-padded: `Needed
+    0000560000 · balance 0004937231`), the request and reply as they are."""
     rng = random.Random(f"{stream}-{seed}")
     phrases = numeracy_phrases()
     wording = phrases.cover
@@ -193,8 +193,11 @@ def comparison_drills(
         lang = LANGS[index % 2]
         needed, balance = comparison_pair(rng)
         verdict = "enough" if balance >= needed else "short"
-        figures = {"amount": needed, "amount_digits": restate(needed), "balance": balance}
-        figures |= {"balance_digits": restate(balance), **_verdict(phrases, verdict, lang)}
+        needed_text, balance_text = (
+            restate(needed, balance) if restate else (str(needed), str(balance))
+        )
+        figures = {"amount": needed, "amount_digits": needed_text, "balance": balance}
+        figures |= {"balance_digits": balance_text, **_verdict(phrases, verdict, lang)}
         prompt = rng.choice(wording.requests.of(lang)).format(**figures)
         said = (
             phrase.say(lang, figures) for phrase in (wording.thought, wording.plan, wording.reply)

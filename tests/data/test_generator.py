@@ -314,7 +314,7 @@ def test_comparison_drills_state_both_figures_and_the_verdict_they_imply(tmp_pat
     before the verdict, which is the comparison's (≥ covers); the verdicts balance, half the
     pairs have equal lengths (a third of those sharing leading digits), every row passes the data
     gate, and a seed draws the same."""
-    restate = (lambda value: f"{value:010d}") if padded else str
+    restate = (lambda needed, balance: (f"{needed:010d}", f"{balance:010d}")) if padded else None
     drills = comparison_drills(0, 2000, restate=restate)
     assert drills == comparison_drills(0, 2000, restate=restate)
     assert drills != comparison_drills(1, 2000, restate=restate)
