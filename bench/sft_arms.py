@@ -34,6 +34,7 @@ from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import EvalSettings, predict, sample_source
 from toolgrpo.training.arithmetic import stated_comparison
 from toolgrpo.training.config import load_preset
+from toolgrpo.validation.context import condition_verdict, split_prompt
 
 EVAL_FILES = [
     DATA_DIR / "eval" / f"{name}.jsonl" for name in ("single_step", "multistep", "unseen_phrasing")
@@ -42,6 +43,12 @@ SFT_WALL = "SFT wall time (s)"
 PARAMS_EXACT = "exact params, all eval rows"
 FIGURES_STATED = "conditional steps stating both figures"
 COMPARISON_STATED = "conditional steps stating both figures and acting on them"
+# of those stating both figures, by whether the figures' whole parts differ in length (decided by
+# counting digits) or not (decided digit by digit)
+ACTED_BY_LENGTH = {
+    True: "… acting on them, of those stating figures of different lengths",
+    False: "… acting on them, of those stating figures of equal lengths",
+}
 
 
 def eval_frame(max_rows: int | None) -> pl.DataFrame:
@@ -94,19 +101,31 @@ def prediction_cells(predictions: pl.DataFrame) -> dict[str, str]:
 def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
     """What the model copies from its prompts: the exact params of the labelled tool, the
     conditional steps whose thought states the figures compared, and those that also act on
-    them (issue #16's arithmetic check, `training.arithmetic.stated_comparison`)."""
+    them (issue #16's arithmetic check, `training.arithmetic.stated_comparison`), split by
+    whether the two figures' lengths differ."""
     conditional = predictions.filter(pl.col("condition").is_not_null())
-    checked = [
-        stated_comparison(row["completion"], row["prompt"], row["condition"]) or (False, False)
-        for row in conditional.iter_rows(named=True)
-    ]
+    checked, lengths_differ = [], []
+    for row in conditional.iter_rows(named=True):
+        checked.append(
+            stated_comparison(row["completion"], row["prompt"], row["condition"]) or (False, False)
+        )
+        verdict = condition_verdict(*split_prompt(row["prompt"]))
+        digits = {len(str(int(figure))) for figure in verdict.compared} if verdict else set()
+        lengths_differ.append(len(digits) == 2)
     stated = sum(figures for figures, _ in checked)
     acted_on = sum(figures and acted for figures, acted in checked)
+    by_length = {
+        row: (
+            sum(f and a for (f, a), d in zip(checked, lengths_differ, strict=True) if d == differ),
+            sum(f for (f, _), d in zip(checked, lengths_differ, strict=True) if d == differ),
+        )
+        for differ, row in ACTED_BY_LENGTH.items()
+    }
     return {
         PARAMS_EXACT: f"{predictions['params_exact'].sum()}/{predictions.height}",
         FIGURES_STATED: f"{stated}/{conditional.height}",
         COMPARISON_STATED: f"{acted_on}/{conditional.height}",
-    }
+    } | {row: f"{acted}/{stated}" for row, (acted, stated) in by_length.items()}
 
 
 def run_side_by_side(arms: list[str], run: Callable[[str], dict[str, str]], title: str) -> None:
