@@ -104,28 +104,22 @@ def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
     them (issue #16's arithmetic check, `training.arithmetic.stated_comparison`), split by
     whether the two figures' lengths differ."""
     conditional = predictions.filter(pl.col("condition").is_not_null())
-    checked, lengths_differ = [], []
+    stated = acted_on = 0
+    by_length = {row: [0, 0] for row in ACTED_BY_LENGTH.values()}  # acted on, stated
     for row in conditional.iter_rows(named=True):
-        checked.append(
-            stated_comparison(row["completion"], row["prompt"], row["condition"]) or (False, False)
-        )
-        verdict = condition_verdict(*split_prompt(row["prompt"]))
-        digits = {len(str(int(figure))) for figure in verdict.compared} if verdict else set()
-        lengths_differ.append(len(digits) == 2)
-    stated = sum(figures for figures, _ in checked)
-    acted_on = sum(figures and acted for figures, acted in checked)
-    by_length = {
-        row: (
-            sum(f and a for (f, a), d in zip(checked, lengths_differ, strict=True) if d == differ),
-            sum(f for (f, _), d in zip(checked, lengths_differ, strict=True) if d == differ),
-        )
-        for differ, row in ACTED_BY_LENGTH.items()
-    }
+        checked = stated_comparison(row["completion"], row["prompt"], row["condition"])
+        figures, acted = checked or (False, False)
+        if not figures:
+            continue
+        stated, acted_on = stated + 1, acted_on + acted
+        compared = condition_verdict(*split_prompt(row["prompt"])).compared
+        tally = by_length[ACTED_BY_LENGTH[len({len(str(int(f))) for f in compared}) == 2]]
+        tally[0], tally[1] = tally[0] + acted, tally[1] + 1
     return {
         PARAMS_EXACT: f"{predictions['params_exact'].sum()}/{predictions.height}",
         FIGURES_STATED: f"{stated}/{conditional.height}",
         COMPARISON_STATED: f"{acted_on}/{conditional.height}",
-    } | {row: f"{acted}/{stated}" for row, (acted, stated) in by_length.items()}
+    } | {row: f"{acted}/{count}" for row, (acted, count) in by_length.items()}
 
 
 def run_side_by_side(arms: list[str], run: Callable[[str], dict[str, str]], title: str) -> None:
