@@ -76,11 +76,16 @@ ARMS = [
         for split in (2, 4)
     ),
 ]
-# Each constant piece of the chat frame and the answer's JSON as one token, on top of the
-# preset's 4 micro-batches (ARMS[-1]): fewer tokens per row, the same rows per step.
-ARMS.append(
-    Arm("frame tokens, 4 micro-batches", {**ARMS[-1].overrides, "model.tiny.frame_tokens": True})
-)
+# Constant pieces of the chat frame and the answer's JSON as one token each (every one, or all
+# but the answer's opening), on top of the preset's 4 micro-batches (ARMS[-1]): fewer tokens per
+# row, the same rows per step.
+ARMS += [
+    Arm(
+        f"frame tokens {pieces}, 4 micro-batches",
+        {**ARMS[-1].overrides, "model.tiny.frame_tokens": pieces},
+    )
+    for pieces in ("all", "all_but_opening")
+]
 
 
 def _trainer(preset: str, arm: Arm, steps: int, work_dir: Path) -> tuple[SFTTrainerSeeded, float]:

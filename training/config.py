@@ -145,10 +145,11 @@ class TinyModelSection(Section):
         description="the constant system prompt as one token: to a model trained from scratch it "
         "carries no information, and as BPE pieces it was 62 of a row's ~150 tokens",
     )
-    frame_tokens: bool = Field(
-        False,
-        description="each constant piece of the chat frame and of the answer's JSON (`training."
-        "model.CHAT_FRAME`, `ANSWER_FRAME`) as one token: rows ~101 → ~77 tokens",
+    frame_tokens: Literal["none", "all", "all_but_opening"] = Field(
+        "none",
+        description="constant pieces of the chat frame and of the answer's JSON as one token each "
+        "(`training.model.FRAME_PIECES`): `all` (rows ~101 → ~77 tokens), `all_but_opening` "
+        '(the assistant header and `{"thought": "` stay BPE pieces)',
     )
 
 

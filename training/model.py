@@ -52,6 +52,16 @@ CHAT_FRAME = (
     f"{IM_END}\n{IM_START}assistant\n",
 )
 ANSWER_FRAME = ('{"thought": "', '", "action": {"tool": "', '", "params": {', '}}, "plan": [')
+# The pieces between the request and the thought's first word: as BPE pieces, 9 positions in
+# which the model reads the request before it writes anything.
+ANSWER_OPENING = (CHAT_FRAME[-1], ANSWER_FRAME[0])
+FRAME_PIECES: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "all": (*CHAT_FRAME, *ANSWER_FRAME),
+    "all_but_opening": tuple(
+        piece for piece in (*CHAT_FRAME, *ANSWER_FRAME) if piece not in ANSWER_OPENING
+    ),
+}
 
 # Qwen2's pre-tokenizer pattern. `\p{N}` alone puts every digit in its own token, which lets a
 # small model compare amounts digit by digit; `\p{N}+` keeps numbers whole.

@@ -19,8 +19,7 @@ from toolgrpo.training.chat import chat_prompt, system_prompt
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
 from toolgrpo.training.model import (
-    ANSWER_FRAME,
-    CHAT_FRAME,
+    FRAME_PIECES,
     build_tiny,
     load_model,
     lora_config,
@@ -71,7 +70,7 @@ def tiny_model(config: TrainConfig) -> tuple[PreTrainedTokenizerFast, Qwen2ForCa
     tiny = config.model.tiny.model_dump()
     catalogue = config.data.tool_catalogue()
     system = (system_prompt(catalogue),) if tiny.pop("system_prompt_token") else ()
-    frame = (*CHAT_FRAME, *ANSWER_FRAME) if tiny.pop("frame_tokens") else ()
+    frame = FRAME_PIECES[tiny.pop("frame_tokens")]
     corpus = tokenizer_corpus(grpo_rows(config), catalogue, with_system_prompt=not system)
     return build_tiny(corpus, **tiny, whole_texts=system + frame, seed=config.seed)
 

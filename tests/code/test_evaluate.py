@@ -41,7 +41,7 @@ from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
 from toolgrpo.tasks.evaluate import evaluate_model
-from toolgrpo.training.model import ANSWER_FRAME, CHAT_FRAME, build_tiny, train_tokenizer
+from toolgrpo.training.model import FRAME_PIECES, build_tiny, train_tokenizer
 
 SOLUTION = json.dumps(
     {
@@ -175,12 +175,12 @@ def test_tool_probabilities_do_not_depend_on_batch_padding(random_model_dir):
     np.testing.assert_allclose(batched.sum(axis=1), 1.0)
 
 
-@pytest.mark.parametrize("frame_tokens", [False, True], ids=["bpe", "frame-tokens"])
+@pytest.mark.parametrize("frame_tokens", list(FRAME_PIECES))
 def test_a_tool_is_scored_by_the_tokens_an_answer_writes_it_with(frame_tokens):
-    """The candidate is the name and the next token of a real answer, with either tokenizer:
+    """The candidate is the name and the next token of a real answer, with every tokenizer:
     scoring `name"` alone would score a token the model never wrote after a name."""
     rows = _shipped_rows(20)
-    whole = (*CHAT_FRAME, *ANSWER_FRAME) if frame_tokens else ()
+    whole = FRAME_PIECES[frame_tokens]
     tokenizer = train_tokenizer([*rows["prompt"], *rows["solution"]], whole_texts=whole)
     for solution in rows["solution"]:
         slot = solution.index(CANONICAL_TOOL_SLOT) + len(CANONICAL_TOOL_SLOT)
