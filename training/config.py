@@ -63,6 +63,8 @@ from toolgrpo.training.rewards import RewardWeights
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 CONFIG_FILENAME = "train_config.json"
 Device = Literal["auto", "cpu", "cuda"]
+# the frame pieces written as one token each (`training.model.FRAME_PIECES`)
+FramePieces = Literal["none", "all", "all_but_opening"]
 
 
 class ConfigError(ValueError):
@@ -145,7 +147,7 @@ class TinyModelSection(Section):
         description="the constant system prompt as one token: to a model trained from scratch it "
         "carries no information, and as BPE pieces it was 62 of a row's ~150 tokens",
     )
-    frame_tokens: Literal["none", "all", "all_but_opening"] = Field(
+    frame_tokens: FramePieces = Field(
         "none",
         description="constant pieces of the chat frame and of the answer's JSON as one token each "
         "(`training.model.FRAME_PIECES`): `all` (rows ~101 → ~77 tokens), `all_but_opening` "

@@ -26,7 +26,7 @@ from transformers import (
 )
 from transformers import set_seed as set_transformers_seed
 
-from toolgrpo.training.config import LoraSection, ModelSection
+from toolgrpo.training.config import FramePieces, LoraSection, ModelSection
 
 logger = logging.getLogger(__name__)
 IM_START = "<|im_start|>"
@@ -55,12 +55,11 @@ ANSWER_FRAME = ('{"thought": "', '", "action": {"tool": "', '", "params": {', '}
 # The pieces between the request and the thought's first word: as BPE pieces, 9 positions in
 # which the model reads the request before it writes anything.
 ANSWER_OPENING = (CHAT_FRAME[-1], ANSWER_FRAME[0])
-FRAME_PIECES: dict[str, tuple[str, ...]] = {
+_EVERY_PIECE = (*CHAT_FRAME, *ANSWER_FRAME)
+FRAME_PIECES: dict[FramePieces, tuple[str, ...]] = {
     "none": (),
-    "all": (*CHAT_FRAME, *ANSWER_FRAME),
-    "all_but_opening": tuple(
-        piece for piece in (*CHAT_FRAME, *ANSWER_FRAME) if piece not in ANSWER_OPENING
-    ),
+    "all": _EVERY_PIECE,
+    "all_but_opening": tuple(piece for piece in _EVERY_PIECE if piece not in ANSWER_OPENING),
 }
 
 # Qwen2's pre-tokenizer pattern. `\p{N}` alone puts every digit in its own token, which lets a

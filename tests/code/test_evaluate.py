@@ -2,6 +2,7 @@
 
 import json
 import re
+from typing import get_args
 
 import numpy as np
 import polars as pl
@@ -41,6 +42,7 @@ from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
 from toolgrpo.tasks.evaluate import evaluate_model
+from toolgrpo.training.config import FramePieces
 from toolgrpo.training.model import FRAME_PIECES, build_tiny, train_tokenizer
 
 SOLUTION = json.dumps(
@@ -175,7 +177,7 @@ def test_tool_probabilities_do_not_depend_on_batch_padding(random_model_dir):
     np.testing.assert_allclose(batched.sum(axis=1), 1.0)
 
 
-@pytest.mark.parametrize("frame_tokens", list(FRAME_PIECES))
+@pytest.mark.parametrize("frame_tokens", get_args(FramePieces))
 def test_a_tool_is_scored_by_the_tokens_an_answer_writes_it_with(frame_tokens):
     """The candidate is the name and the next token of a real answer, with every tokenizer:
     scoring `name"` alone would score a token the model never wrote after a name."""
