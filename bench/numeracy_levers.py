@@ -19,7 +19,9 @@ the digits rows and drills with both compared figures zero-padded to 10 digits (
 `counted` with each compared figure followed by its count of whole digits (`需要 560000 [6] · 余额
 4937231 [7] → 够`: written after the figure, so no digit is needed before it is copied),
 `decided` counted and, where the counts are equal, the first digits that differ (`需要 3550 [4] ·
-余额 5666 [4] · 3 < 5 → 够`).
+余额 5666 [4] · 3 < 5 → 够`), `walked` counted and, where the counts are equal, every pair of digits
+from the first to the first that differs (`需要 190000 [6] · 余额 197451 [6] · 1=1 9=9 0<7 → 够`:
+each place one step, so the deciding pair is found, not guessed).
 `--set` applies the same preset overrides to every arm (e.g. SFT's peak).
 The training rows are what differs: every arm runs this checkout's code and evaluates on this
 checkout's eval files (their prompts are the same at both revisions). Prints one table:
@@ -52,8 +54,8 @@ DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reaso
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")
 EXERCISES, REDRAWS = DATA_DIR / EXERCISES_FILE, DATA_DIR / REDRAWS_FILE
 # an arm: its training rows (the shipped ones; `digits`: those of `--digits-rev`; `grouped`: those
-# with every restated figure of 4+ digits grouped by thousands; `padded`, `counted`, `decided`:
-# with both compared figures in that form), and the auxiliary rows SFT mixes in (if any;
+# with every restated figure of 4+ digits grouped by thousands; `padded`, `counted`, `decided`,
+# `walked`: with both compared figures in that form), and the auxiliary rows SFT mixes in (if any;
 # `COMPARISONS`: drills drawn for the arm, in its rows' form)
 COMPARISONS = Path("comparisons.jsonl")
 PAD_TO = 10  # digits: scenario balances reach 9
@@ -69,6 +71,7 @@ ARMS = {
     "padded": ("padded", COMPARISONS),
     "counted": ("counted", COMPARISONS),
     "decided": ("decided", COMPARISONS),
+    "walked": ("walked", COMPARISONS),
 }
 # a figure's whole part of 4+ digits (not a decimal's fraction)
 LONG_FIGURE = re.compile(r"(?<![\d.])\d{4,}")
@@ -109,11 +112,27 @@ def _decided(needed: str, balance: str) -> tuple[str, str]:
     return counted_needed, counted_balance + deciding
 
 
+def _walked(needed: str, balance: str) -> tuple[str, str]:
+    """Counted, and where the counts are equal every pair of digits up to the first that differs
+    (`190000 [6] · 197451 [6] · 1=1 9=9 0<7`; all `=` for equal whole parts): each written pair
+    is one place further than the last, so finding the deciding pair is a walk, not a jump."""
+    first, second = _whole(needed), _whole(balance)
+    steps = []
+    if len(first) == len(second):
+        for a, b in zip(first, second, strict=True):
+            steps.append(f"{a}{'=' if a == b else '<' if a < b else '>'}{b}")
+            if a != b:
+                break
+    counted_needed, counted_balance = _counted(needed, balance)
+    return counted_needed, counted_balance + (f" · {' '.join(steps)}" if steps else "")
+
+
 # the two compared figures, as written, in another form (`needed · balance`, `quote · limit`)
 PAIR_FORMS: dict[str, Callable[[str, str], tuple[str, str]]] = {
     "padded": _padded,
     "counted": _counted,
     "decided": _decided,
+    "walked": _walked,
 }
 
 
