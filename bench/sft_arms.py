@@ -32,6 +32,7 @@ import yaml
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import EvalSettings, predict, sample_source
+from toolgrpo.schemas.completion import completion_text, first_json_object
 from toolgrpo.training.arithmetic import stated_comparison
 from toolgrpo.training.config import load_preset
 from toolgrpo.validation.context import condition_verdict, split_prompt
@@ -49,6 +50,9 @@ ACTED_BY_LENGTH = {
     True: "… acting on them, of those stating figures of different lengths",
     False: "… acting on them, of those stating figures of equal lengths",
 }
+DECIDING_PAIR = "… writing the deciding pair of digits, of those writing a pair (equal lengths)"
+# the last pair of digits a thought compares before its verdict (`3 < 5` decided, `0<7` walked)
+WRITTEN_PAIR = re.compile(r"(\d) ?[<>] ?(\d)(?!.*\d ?[<>] ?\d)")
 
 
 def eval_frame(max_rows: int | None) -> pl.DataFrame:
@@ -102,10 +106,12 @@ def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
     """What the model copies from its prompts: the exact params of the labelled tool, the
     conditional steps whose thought states the figures compared, and those that also act on
     them (issue #16's arithmetic check, `training.arithmetic.stated_comparison`), split by
-    whether the two figures' lengths differ."""
+    whether the two figures' lengths differ; of the equal-length ones whose thought writes a pair
+    of digits (`decided`, `walked` forms), how many wrote the pair that decides."""
     conditional = predictions.filter(pl.col("condition").is_not_null())
     stated = acted_on = 0
     by_length = {row: [0, 0] for row in ACTED_BY_LENGTH.values()}  # acted on, stated
+    pairs = [0, 0]  # the deciding pair, a pair written
     for row in conditional.iter_rows(named=True):
         checked = stated_comparison(row["completion"], row["prompt"], row["condition"])
         figures, acted = checked or (False, False)
@@ -115,11 +121,29 @@ def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
         compared = condition_verdict(*split_prompt(row["prompt"])).compared
         tally = by_length[ACTED_BY_LENGTH[len({len(str(int(f))) for f in compared}) == 2]]
         tally[0], tally[1] = tally[0] + acted, tally[1] + 1
-    return {
-        PARAMS_EXACT: f"{predictions['params_exact'].sum()}/{predictions.height}",
-        FIGURES_STATED: f"{stated}/{conditional.height}",
-        COMPARISON_STATED: f"{acted_on}/{conditional.height}",
-    } | {row: f"{acted}/{count}" for row, (acted, count) in by_length.items()}
+        written = _written_pair(row["completion"])
+        wholes = [str(int(figure)) for figure in compared]
+        if written and len(wholes[0]) == len(wholes[1]):
+            deciding = next((set(p) for p in zip(*wholes, strict=True) if p[0] != p[1]), None)
+            pairs[0], pairs[1] = pairs[0] + (set(written) == deciding), pairs[1] + 1
+    return (
+        {
+            PARAMS_EXACT: f"{predictions['params_exact'].sum()}/{predictions.height}",
+            FIGURES_STATED: f"{stated}/{conditional.height}",
+            COMPARISON_STATED: f"{acted_on}/{conditional.height}",
+        }
+        | {row: f"{acted}/{count}" for row, (acted, count) in by_length.items()}
+        | {DECIDING_PAIR: f"{pairs[0]}/{pairs[1]}"}
+    )
+
+
+def _written_pair(completion: object) -> tuple[str, str] | None:
+    """The last pair of digits the completion's thought compares before its verdict, if any."""
+    thought = (first_json_object(completion_text(completion)) or {}).get("thought")
+    if not isinstance(thought, str):
+        return None
+    match = WRITTEN_PAIR.search(thought.partition("→")[0])
+    return match.groups() if match else None
 
 
 def run_side_by_side(arms: list[str], run: Callable[[str], dict[str, str]], title: str) -> None:
