@@ -36,6 +36,7 @@ import pandera.errors
 import pandera.pandas as pap
 import polars as pl
 from prefect.server.api.server import SubprocessASGIServer
+from prefect.settings import PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.reporting.data_quality import render_markdown
@@ -348,7 +349,9 @@ def time_cli(frame: pl.DataFrame) -> None:
                 f"{seconds[True] / seconds[False]:5.1f}x"
             )
         server = SubprocessASGIServer()  # what `prefect server start` serves, minus the UI
-        server.start()
+        # its telemetry heartbeat races the runs' writes on sqlite ("database is locked")
+        with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+            server.start()
         try:
             print(f"\nwith a running Prefect server ({server.api_url}), native readers:")
             for name, path in [(small.name, small), (f"{rows:,} valid rows", valid)]:
