@@ -100,14 +100,29 @@ def _counted(needed: str, balance: str) -> tuple[str, str]:
     return tuple(f"{f} [{len(_whole(f))}]" for f in (needed, balance))
 
 
+def _places(needed: str, balance: str) -> list[tuple[str, str, str]]:
+    """Where the whole parts have equal counts, each place's digits and their sign (`1 = 1`,
+    `0 < 7`) from the first place to the first that differs (every place for equal whole parts);
+    none where the counts decide."""
+    first, second = _whole(needed), _whole(balance)
+    if len(first) != len(second):
+        return []
+    places = []
+    for a, b in zip(first, second, strict=True):
+        places.append((a, "=" if a == b else "<" if a < b else ">", b))
+        if a != b:
+            break
+    return places
+
+
 def _decided(needed: str, balance: str) -> tuple[str, str]:
     """Counted, and where the counts are equal the first pair of digits that differ (`3550 [4] ·
     5666 [4] · 3 < 5`, `=` for equal whole parts): the comparison written out to one digit."""
-    first, second = _whole(needed), _whole(balance)
+    places = _places(needed, balance)
     deciding = ""
-    if len(first) == len(second):
-        pair = next(((a, b) for a, b in zip(first, second, strict=True) if a != b), None)
-        deciding = f" · {pair[0]} {'<' if pair[0] < pair[1] else '>'} {pair[1]}" if pair else " · ="
+    if places:
+        a, sign, b = places[-1]
+        deciding = " · =" if sign == "=" else f" · {a} {sign} {b}"
     counted_needed, counted_balance = _counted(needed, balance)
     return counted_needed, counted_balance + deciding
 
@@ -116,15 +131,9 @@ def _walked(needed: str, balance: str) -> tuple[str, str]:
     """Counted, and where the counts are equal every pair of digits up to the first that differs
     (`190000 [6] · 197451 [6] · 1=1 9=9 0<7`; all `=` for equal whole parts): each written pair
     is one place further than the last, so finding the deciding pair is a walk, not a jump."""
-    first, second = _whole(needed), _whole(balance)
-    steps = []
-    if len(first) == len(second):
-        for a, b in zip(first, second, strict=True):
-            steps.append(f"{a}{'=' if a == b else '<' if a < b else '>'}{b}")
-            if a != b:
-                break
+    walk = " ".join("".join(place) for place in _places(needed, balance))
     counted_needed, counted_balance = _counted(needed, balance)
-    return counted_needed, counted_balance + (f" · {' '.join(steps)}" if steps else "")
+    return counted_needed, counted_balance + (f" · {walk}" if walk else "")
 
 
 # the two compared figures, as written, in another form (`needed · balance`, `quote · limit`)

@@ -119,11 +119,12 @@ def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
             continue
         stated, acted_on = stated + 1, acted_on + acted
         compared = condition_verdict(*split_prompt(row["prompt"])).compared
-        tally = by_length[ACTED_BY_LENGTH[len({len(str(int(f))) for f in compared}) == 2]]
+        wholes = [str(int(figure)) for figure in compared]
+        equal_lengths = len(wholes[0]) == len(wholes[1])
+        tally = by_length[ACTED_BY_LENGTH[not equal_lengths]]
         tally[0], tally[1] = tally[0] + acted, tally[1] + 1
         written = _written_pair(row["completion"])
-        wholes = [str(int(figure)) for figure in compared]
-        if written and len(wholes[0]) == len(wholes[1]):
+        if written and equal_lengths:
             deciding = next((set(p) for p in zip(*wholes, strict=True) if p[0] != p[1]), None)
             pairs[0], pairs[1] = pairs[0] + (set(written) == deciding), pairs[1] + 1
     return (
