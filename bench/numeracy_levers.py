@@ -47,6 +47,15 @@ from sft_arms import (  # bench/, this script's folder
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.build import REDRAWS_FILE
+from toolgrpo.generator.comparisons import (
+    PairForm,
+    compared_in,
+    counted,
+    places,
+    rewritten_thought,
+    walked,
+    whole,
+)
 from toolgrpo.generator.numeracy import EXERCISES_FILE, comparison_drills
 from toolgrpo.training.config import load_preset
 
@@ -75,9 +84,6 @@ ARMS = {
 }
 # a figure's whole part of 4+ digits (not a decimal's fraction)
 LONG_FIGURE = re.compile(r"(?<![\d.])\d{4,}")
-# the two figures a restatement compares: the one before ` · ` and the last one after it
-# (`200 × 562.54 = 112508 · 余额 98404`)
-COMPARED = re.compile(r"(\d+(?:\.\d+)?) · (\D*)(\d+(?:\.\d+)?)$")
 
 
 def grouped(figures: str) -> str:
@@ -86,79 +92,31 @@ def grouped(figures: str) -> str:
     return LONG_FIGURE.sub(lambda match: f"{int(match.group()):,}", figures)
 
 
-def _whole(figure: str) -> str:
-    return figure.partition(".")[0]
-
-
 def _padded(needed: str, balance: str) -> tuple[str, str]:
     """Equal places at a fixed distance, so the comparison is the first place that differs."""
-    return tuple(f"{int(_whole(f)):0{PAD_TO}d}{f[len(_whole(f)) :]}" for f in (needed, balance))
-
-
-def _counted(needed: str, balance: str) -> tuple[str, str]:
-    """The digit counts decide figures of different lengths, the digits the rest."""
-    return tuple(f"{f} [{len(_whole(f))}]" for f in (needed, balance))
-
-
-def _places(needed: str, balance: str) -> list[tuple[str, str, str]]:
-    """Where the whole parts have equal counts, each place's digits and their sign (`1 = 1`,
-    `0 < 7`) from the first place to the first that differs (every place for equal whole parts);
-    none where the counts decide."""
-    first, second = _whole(needed), _whole(balance)
-    if len(first) != len(second):
-        return []
-    places = []
-    for a, b in zip(first, second, strict=True):
-        places.append((a, "=" if a == b else "<" if a < b else ">", b))
-        if a != b:
-            break
-    return places
+    return tuple(f"{int(whole(f)):0{PAD_TO}d}{f[len(whole(f)) :]}" for f in (needed, balance))
 
 
 def _decided(needed: str, balance: str) -> tuple[str, str]:
     """Counted, and where the counts are equal the first pair of digits that differ (`3550 [4] ·
     5666 [4] · 3 < 5`, `=` for equal whole parts): the comparison written out to one digit."""
-    places = _places(needed, balance)
+    walk = places(needed, balance)
     deciding = ""
-    if places:
-        a, sign, b = places[-1]
+    if walk:
+        a, sign, b = walk[-1]
         deciding = " · =" if sign == "=" else f" · {a} {sign} {b}"
-    counted_needed, counted_balance = _counted(needed, balance)
+    counted_needed, counted_balance = counted(needed, balance)
     return counted_needed, counted_balance + deciding
 
 
-def _walked(needed: str, balance: str) -> tuple[str, str]:
-    """Counted, and where the counts are equal every pair of digits up to the first that differs
-    (`190000 [6] · 197451 [6] · 1=1 9=9 0<7`; all `=` for equal whole parts): each written pair
-    is one place further than the last, so finding the deciding pair is a walk, not a jump."""
-    walk = " ".join("".join(place) for place in _places(needed, balance))
-    counted_needed, counted_balance = _counted(needed, balance)
-    return counted_needed, counted_balance + (f" · {walk}" if walk else "")
-
-
-# the two compared figures, as written, in another form (`needed · balance`, `quote · limit`)
-PAIR_FORMS: dict[str, Callable[[str, str], tuple[str, str]]] = {
+# the two compared figures, as written, in another form (`needed · balance`, `quote · limit`);
+# `walked` is the one the numeracy preset's rows are written in (generator/comparisons.py)
+PAIR_FORMS: dict[str, PairForm] = {
     "padded": _padded,
-    "counted": _counted,
+    "counted": counted,
     "decided": _decided,
-    "walked": _walked,
+    "walked": walked,
 }
-
-
-def compared_in(form: str) -> Callable[[str], str]:
-    """The rewrite of a restatement whose two compared figures are written in `form`
-    (`需要 0000560000 · 余额 0004937231`, `200 × 562.54 = 112508 [6] · 余额 98404 [5]`)."""
-    write = PAIR_FORMS[form]
-
-    def rewrite(figures: str) -> str:
-        def both(match: re.Match[str]) -> str:
-            first, words, second = match.groups()
-            first, second = write(first, second)
-            return f"{first} · {words}{second}"
-
-        return COMPARED.sub(both, figures)
-
-    return rewrite
 
 
 def restated(line: str, rewrite: Callable[[str], str]) -> str:
@@ -168,13 +126,12 @@ def restated(line: str, rewrite: Callable[[str], str]) -> str:
     if not row.get("condition"):
         return line
     solution = json.loads(row["solution"])
-    figures, arrow, verdict = solution["thought"].partition(" → ")
-    solution["thought"] = rewrite(figures) + arrow + verdict
+    solution["thought"] = rewritten_thought(solution["thought"], rewrite)
     row["solution"] = json.dumps(solution, ensure_ascii=False)
     return json.dumps(row, ensure_ascii=False)
 
 
-REWRITES = {"grouped": grouped} | {form: compared_in(form) for form in PAIR_FORMS}
+REWRITES = {"grouped": grouped} | {name: compared_in(form) for name, form in PAIR_FORMS.items()}
 
 
 def _training_files(arm_dir: Path, rows: str, rev: str) -> dict[str, Path]:

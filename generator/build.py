@@ -3,7 +3,9 @@
 Everything is drawn from one `random.Random(seed)` in a fixed order and written with the same
 JSON settings, so `toolgrpo data generate --seed 0` reproduces the shipped files byte for byte
 (the auxiliary rows under data/aux/ from RNGs of their own: the numeracy exercises, numeracy.py,
-and the conditional redraws, `conditional_redraws`).
+and the conditional redraws, `conditional_redraws`; the walked rows under data/aux/walked/, the
+numeracy preset's: the training multi-step rows drawn again with their conditional reasoning in
+the walked form, and comparison drills in that form).
 The wording is data (data/phrases/, see phrases.py); steps.py and scenarios.py build the steps.
 """
 
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from toolgrpo.generator.numeracy import EXERCISES_FILE, build_exercises
+from toolgrpo.generator.comparisons import walked_drill_figures
+from toolgrpo.generator.numeracy import EXERCISES_FILE, build_exercises, comparison_drills
 from toolgrpo.generator.phrases import LANGS, Lang, PhraseList, counts, tool_phrases
 from toolgrpo.generator.scenarios import PATTERNS
 from toolgrpo.generator.slots import Slots, draw_slots
@@ -43,6 +46,12 @@ REDRAWS_FILE = "aux/conditional.jsonl"
 # 8 draws of the 225 conditional training steps: 1,800 rows, so that a 0.3 share of SFT (547
 # rows) is a different draw for each seed.
 REDRAW_ROUNDS = 8
+# Issue #16's walked form (generator/comparisons.py): the 823 multi-step training rows with their
+# 225 conditional steps reasoned in it, and 4,000 comparison drills written in it, which the
+# numeracy preset mixes in at half of SFT's rows (README "Numeracy": measured over five seeds).
+WALKED_MULTISTEP_FILE = "aux/walked/multistep.jsonl"
+WALKED_DRILLS_FILE = "aux/walked/comparisons.jsonl"
+WALKED_DRILLS = 4000
 PLANTED_WHY = (
     "Single-step rows worded as plain withdraw requests (same templates as genuine withdraw "
     "rows) but labelled check_balance under a check-first policy, like the case study's "
@@ -85,18 +94,25 @@ class _Drawn(NamedTuple):
 @dataclass
 class Dataset:
     """Every generated file's rows, the planted ids, and (for tests) each row's phrasing id;
-    the auxiliary rows apart (numeracy exercises, conditional redraws), since they are not
-    counted among the training rows."""
+    the auxiliary rows apart (numeracy exercises, conditional redraws, the walked rows), since
+    they are not counted among the training rows."""
 
     files: dict[str, list[dict[str, Any]]]
     planted_ids: list[str]
     phrasing_of: dict[str, str] = field(default_factory=dict)
     exercises: list[dict[str, Any]] = field(default_factory=list)
     redraws: list[dict[str, Any]] = field(default_factory=list)
+    walked_multistep: list[dict[str, Any]] = field(default_factory=list)
+    walked_drills: list[dict[str, Any]] = field(default_factory=list)
 
     def rows_by_file(self) -> dict[str, list[dict[str, Any]]]:
         """Every JSONL file's rows by its path under the data folder, auxiliary ones included."""
-        return self.files | {EXERCISES_FILE: self.exercises, REDRAWS_FILE: self.redraws}
+        return self.files | {
+            EXERCISES_FILE: self.exercises,
+            REDRAWS_FILE: self.redraws,
+            WALKED_MULTISTEP_FILE: self.walked_multistep,
+            WALKED_DRILLS_FILE: self.walked_drills,
+        }
 
 
 def _trained_count(requests: PhraseList, lang: Lang, held_out: int) -> int:
@@ -142,14 +158,20 @@ def _row(row_id: str, scenario_id: str, kind: Kind, index: int, drawn: _Drawn) -
 class ScenarioBuilder:
     """Draws scenarios with one RNG, keeping every request unique across all files (unless
     `unique_requests` is off: a corpus drawing many times more requests than a template has
-    slot values)."""
+    slot values); `walked`: conditional steps reasoned in the walked form (same draws)."""
 
     def __init__(
-        self, seed: int | str, catalogue: Catalogue, *, unique_requests: bool = True
+        self,
+        seed: int | str,
+        catalogue: Catalogue,
+        *,
+        unique_requests: bool = True,
+        walked: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
         self.catalogue = catalogue
         self.unique_requests = unique_requests
+        self.walked = walked
         self.seen: set[str] = set()
         self.phrasing_of: dict[str, str] = {}
         self.planted: list[str] = []
@@ -236,7 +258,7 @@ class ScenarioBuilder:
             pattern = PATTERNS[job.pattern]
             template = pattern.phrases.requests.of(job.lang)[job.phrasing]
             request, slots = self.request(template, job.lang)
-            steps = pattern.steps(self.rng, slots, job.condition_holds)
+            steps = pattern.steps(self.rng, slots, job.condition_holds, walked=self.walked)
             phrasing_id = f"{job.pattern}.{job.lang}.{job.phrasing}"
             drawn.append(_Drawn(request, job.lang, steps, phrasing_id))
         return self._numbered_rows(split, "multi", drawn)
@@ -313,14 +335,28 @@ def conditional_redraws(
     return rows
 
 
+def _split_files(builder: ScenarioBuilder, split: Split) -> dict[str, list[dict[str, Any]]]:
+    """A split's single-step and multi-step rows, drawn in that order."""
+    return {
+        f"{split}/single_step.jsonl": builder.single_rows(split, builder.single_jobs(split)),
+        f"{split}/multistep.jsonl": builder.multi_rows(split, builder.multi_jobs(split)),
+    }
+
+
+def walked_multistep(seed: int, catalogue: Catalogue) -> list[dict[str, Any]]:
+    """The multi-step training rows of `seed` drawn again with their conditional steps reasoned
+    in the walked form: the training split is drawn first, so these are the shipped rows but
+    for those 225 thoughts."""
+    return _split_files(ScenarioBuilder(seed, catalogue, walked=True), "train")[
+        "train/multistep.jsonl"
+    ]
+
+
 def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
     """All shipped rows for `seed`; raises if any generated params break the catalogue's schema."""
     catalogue = catalogue or load_catalogue()
     builder = ScenarioBuilder(seed, catalogue)
-    files = {}
-    for split in ("train", "eval"):
-        files[f"{split}/single_step.jsonl"] = builder.single_rows(split, builder.single_jobs(split))
-        files[f"{split}/multistep.jsonl"] = builder.multi_rows(split, builder.multi_jobs(split))
+    files = _split_files(builder, "train") | _split_files(builder, "eval")
     unseen_single, unseen_multi = _unseen_jobs()
     unseen = builder.single_rows("unseen", unseen_single) + builder.multi_rows(
         "unseen", unseen_multi
@@ -338,6 +374,8 @@ def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
         phrasing_of=builder.phrasing_of,
         exercises=build_exercises(seed, catalogue),
         redraws=conditional_redraws(seed, catalogue, excluded_requests=map(request_text, held_out)),
+        walked_multistep=walked_multistep(seed, catalogue),
+        walked_drills=comparison_drills(seed, WALKED_DRILLS, restate=walked_drill_figures),
     )
 
 

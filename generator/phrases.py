@@ -5,12 +5,15 @@
   respond.yaml adds the `replies` (one per request) and the `refusal_plan` of a failed condition.
 - `scenarios/<pattern>.yaml`: a multi-step pattern's `requests`, its `steps` in order (tool and
   thought) and, for a conditional pattern, its `condition` (the last step as planned before the
-  outcome is known, and the thought and reply of the respond step taken when it fails).
+  outcome is known, and the thought and reply of the respond step taken when it fails) with the
+  worked reasoning of both branches (`worked_thought`, `worked_refusal_thought`: the compared
+  figures restated as digits before the verdict, for the walked rows: generator/comparisons.py).
 - `planted.yaml`: the thought of the planted check-first answer; `vocabulary.yaml`: slot values.
 - `numeracy.yaml`: the auxiliary numeracy exercises (generator/numeracy.py).
 
 `{placeholder}`s are filled by `str.format` from `Slots.placeholders()` plus what a scenario or
-step adds (`balance`, `price`, `cost`; in place_order's plan, `side` is the side's first word,
+step adds (`balance`, `price`, `cost`, and the plain digits `amount_digits`, `balance_digits`,
+`cost_digits`; in place_order's plan, `side` is the side's first word,
 not the request's). Requests are picked by index and the last ones of each language are held
 out for eval/unseen_phrasing.jsonl (`HELD_OUT_*` in build.py), so adding, removing or reordering
 any entry changes the generated dataset: regenerate the shipped files.
@@ -88,11 +91,14 @@ class StepPhrases(_Table):
 
 
 class ConditionPhrases(_Table):
-    """A conditional pattern's last step: as planned ahead, and the respond step if it fails."""
+    """A conditional pattern's last step: as planned ahead, and the respond step if it fails;
+    the worked reasoning of each branch (`Needed 560000 · balance 4937231 → enough, …`)."""
 
     plan_ahead: Phrase
     refusal_thought: Phrase
     refusal_reply: Phrase
+    worked_thought: Phrase
+    worked_refusal_thought: Phrase
 
 
 class ScenarioPhrases(_Table):

@@ -3,7 +3,8 @@
 A pattern's steps and their reasoning are data/phrases/scenarios/<pattern>.yaml; its set-up here
 draws the figures the tools will report (so a conditional pattern's condition holds or fails as
 asked) and fixes what a step acts with. A conditional scenario's last step carries `plan_ahead`,
-the same in both branches, because earlier steps cannot know the outcome yet.
+the same in both branches, because earlier steps cannot know the outcome yet; drawn `walked`, its
+reasoning is the worked one in the walked form (generator/comparisons.py), all else the same.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from toolgrpo.generator.phrases import ScenarioPhrases, Side, scenario_phrases
-from toolgrpo.generator.slots import Slots, balance_text, price_text
+from toolgrpo.generator.comparisons import walked_thought
+from toolgrpo.generator.phrases import Phrase, ScenarioPhrases, Side, scenario_phrases
+from toolgrpo.generator.slots import Slots, balance_text, digits, price_text
 from toolgrpo.generator.steps import Facts, Step, build_step, refusal
 
 
@@ -55,7 +57,11 @@ def _balance_covers_amount(rng: random.Random, slots: Slots, condition_holds: bo
     balance = covered_balance(rng, slots.amount.value, condition_holds)
     return SetUp(
         facts={"check_balance": Facts(balance=balance)},
-        placeholders={"balance": balance_text(balance, slots.lang)},
+        placeholders={
+            "balance": balance_text(balance, slots.lang),
+            "balance_digits": digits(balance),
+            "amount_digits": digits(slots.amount.value),
+        },
     )
 
 
@@ -84,7 +90,13 @@ def _balance_covers_cost(rng: random.Random, slots: Slots, condition_holds: bool
             "get_quote": Facts(price=price),
             "place_order": Facts(side="buy"),
         },
-        placeholders={"balance": balance_text(balance, slots.lang), "cost": f"{cost:,.2f}"},
+        placeholders={
+            "balance": balance_text(balance, slots.lang),
+            "balance_digits": digits(balance),
+            "cost": f"{cost:,.2f}",
+            "cost_digits": digits(cost),
+            "price": price_text(price),
+        },
     )
 
 
@@ -117,10 +129,21 @@ class Pattern:
     def conditional(self) -> bool:
         return self.phrases.condition is not None
 
-    def steps(self, rng: random.Random, slots: Slots, condition_holds: bool) -> list[Step]:
-        """A scenario's steps; a conditional one ends in respond when its condition fails."""
+    def steps(
+        self, rng: random.Random, slots: Slots, condition_holds: bool, *, walked: bool = False
+    ) -> list[Step]:
+        """A scenario's steps; a conditional one ends in respond when its condition fails, its
+        last step reasoned in the walked form if `walked` (the draws are the same either way)."""
         set_up = self.set_up(rng, slots, condition_holds)
         lang, placeholders = slots.lang, slots.placeholders() | set_up.placeholders
+
+        def reasoning(plain: Phrase, worked: Phrase) -> str:
+            return (
+                walked_thought(worked.say(lang, placeholders))
+                if walked
+                else plain.say(lang, placeholders)
+            )
+
         steps = [
             build_step(
                 step.tool, slots, step.thought.say(lang, placeholders), set_up.facts.get(step.tool)
@@ -131,8 +154,12 @@ class Pattern:
         if condition is None:
             return steps
         last = steps[-1]
-        if not condition_holds:
-            thought = condition.refusal_thought.say(lang, placeholders)
+        if condition_holds:
+            last = replace(
+                last, thought=reasoning(self.phrases.steps[-1].thought, condition.worked_thought)
+            )
+        else:
+            thought = reasoning(condition.refusal_thought, condition.worked_refusal_thought)
             last = refusal(slots, thought, condition.refusal_reply.say(lang, placeholders))
         last = replace(
             last,

@@ -18,9 +18,13 @@ from toolgrpo.generator.base_corpus import FIGURE_SEPARATOR, Passage, base_corpu
 from toolgrpo.generator.build import (
     PLANTED_FILE,
     REDRAWS_FILE,
+    WALKED_DRILLS,
+    WALKED_DRILLS_FILE,
+    WALKED_MULTISTEP_FILE,
     Dataset,
     build_dataset,
 )
+from toolgrpo.generator.comparisons import walked, walked_drill_figures
 from toolgrpo.generator.numeracy import EXERCISES_FILE, comparison_drills, product_working
 from toolgrpo.generator.phrases import (
     LANGS,
@@ -94,7 +98,10 @@ def _request_lists() -> dict[str, PhraseList]:
 def test_generate_command_reproduces_shipped_files_byte_for_byte(tmp_path: Path):
     for out in (tmp_path / "a", tmp_path / "b"):
         assert generate(seed=0, out=out) == 0
-    for name in [*FILES, EXERCISES_FILE, PLANTED_FILE]:
+    written = sorted(p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*"))
+    aux = [EXERCISES_FILE, REDRAWS_FILE, WALKED_MULTISTEP_FILE, WALKED_DRILLS_FILE, PLANTED_FILE]
+    assert {*FILES, *aux} <= set(written)
+    for name in [p for p in written if (tmp_path / "a" / p).is_file()]:
         first = (tmp_path / "a" / name).read_bytes()
         assert first == (tmp_path / "b" / name).read_bytes(), f"{name} differs between runs"
         assert first == (DATA_DIR / name).read_bytes(), f"{name} differs from the shipped file"
@@ -219,7 +226,8 @@ def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(
     exercises = _read(EXERCISES_FILE)
     corpus = [{"id": f"base-{i}", "prompt": p.prompt} for i, p in enumerate(base_passages)]
     trained = shipped["train/single_step.jsonl"] + shipped["train/multistep.jsonl"] + exercises
-    trained += corpus + _read(REDRAWS_FILE)
+    trained += corpus + _read(REDRAWS_FILE) + _read(WALKED_MULTISTEP_FILE)
+    exercises += _read(WALKED_DRILLS_FILE)
     held_out = [row for name in FILES if name.startswith("eval/") for row in shipped[name]]
     trained_prompts = {normalise_prompt(row["prompt"]) for row in trained}
     assert [r["id"] for r in held_out if normalise_prompt(r["prompt"]) in trained_prompts] == []
@@ -467,3 +475,102 @@ def test_planted_ambiguity_rows_are_withdraw_requests_labelled_check_balance(shi
     assert {labels[i] for i in genuine if i not in planted["ids"]} == {"withdraw"}
     all_ids = {row["id"] for rows in shipped.values() for row in rows}
     assert set(planted["ids"]) <= all_ids and planted["why"]
+
+
+@pytest.mark.parametrize(
+    ("needed", "balance", "expected"),
+    [
+        ("190000", "197451", ("190000 [6]", "197451 [6] · 1=1 9=9 0<7")),
+        ("560000", "4937231", ("560000 [6]", "4937231 [7]")),  # the counts decide
+        ("3550", "3550", ("3550 [4]", "3550 [4] · 3=3 5=5 5=5 0=0")),  # equal: every place
+        ("562.54", "600", ("562.54 [3]", "600 [3] · 5<6")),  # whole parts only
+        ("98404", "91250.5", ("98404 [5]", "91250.5 [5] · 9=9 8>1")),
+    ],
+)
+def test_walked_form_counts_each_figure_then_walks_to_the_first_differing_place(
+    needed, balance, expected
+):
+    assert walked(needed, balance) == expected
+
+
+# A walked restatement: two counted figures, the words between them, the walk, the verdict.
+WALKED_THOUGHT = re.compile(
+    r"^(?:\d+ × [\d.]+ = |\D*)(?P<first>[\d.]+) \[(?P<first_count>\d+)\] · (?P<words>\D*)"
+    r"(?P<second>[\d.]+) \[(?P<second_count>\d+)\](?: · (?P<walk>[\d=<> ]+))?"
+    r" → (?P<verdict>[^,，]+)"
+)
+# What each verdict claims of the first figure against the second (needed or price, balance or
+# limit), for the branch that holds.
+CLAIMS = {
+    "enough": lambda a, b: a <= b,
+    "够": lambda a, b: a <= b,
+    "below": lambda a, b: a < b,
+    "低于": lambda a, b: a < b,
+    "above": lambda a, b: a > b,
+    "高于": lambda a, b: a > b,
+}
+
+
+def _check_walk(first: str, second: str, walk: str | None) -> None:
+    """The written walk is each place's digits from the first to the first that differs, with
+    their true sign; none where the whole parts' counts differ."""
+    a, b = first.partition(".")[0], second.partition(".")[0]
+    if len(a) != len(b):
+        assert walk is None
+        return
+    pairs = walk.split(" ")
+    for place, pair in enumerate(pairs):
+        sign = "=" if a[place] == b[place] else "<" if a[place] < b[place] else ">"
+        assert pair == f"{a[place]}{sign}{b[place]}"
+        assert (sign == "=") == (place < len(pairs) - 1 or a == b)
+
+
+def test_walked_rows_are_the_shipped_rows_with_each_conditional_step_walked(shipped, dataset):
+    """data/aux/walked/multistep.jsonl (the numeracy preset's): row for row the shipped multi-step
+    training rows, but for the 225 conditional steps' reasoning: both figures restated as digits,
+    counted, walked to the first place that differs, then a verdict that the figures bear out
+    and that names the row's branch."""
+    walked_rows = _read(WALKED_MULTISTEP_FILE)
+    assert walked_rows == dataset.walked_multistep
+    plain_rows = shipped["train/multistep.jsonl"]
+    assert len(walked_rows) == len(plain_rows) == 823
+    branches = Counter()
+    for plain, row in zip(plain_rows, walked_rows, strict=True):
+        solution, plain_solution = json.loads(row["solution"]), json.loads(plain["solution"])
+        assert {**row, "solution": ""} == {**plain, "solution": ""}
+        assert {**solution, "thought": ""} == {**plain_solution, "thought": ""}
+        if "condition" not in row:
+            assert solution["thought"] == plain_solution["thought"]
+            continue
+        branches[row["condition"]] += 1
+        stated = WALKED_THOUGHT.match(solution["thought"])
+        assert stated, solution["thought"]
+        first, second = stated["first"], stated["second"]
+        assert int(stated["first_count"]) == len(first.partition(".")[0])
+        assert int(stated["second_count"]) == len(second.partition(".")[0])
+        _check_walk(first, second, stated["walk"])
+        verdict = stated["verdict"]
+        negated = verdict.startswith(("not ", "不"))
+        assert negated == (row["condition"] == "fails"), solution["thought"]
+        claim = CLAIMS[verdict.removeprefix("not ").removeprefix("不")]
+        assert claim(float(first), float(second)) != negated, solution["thought"]
+    assert branches == Counter(r["condition"] for r in plain_rows if "condition" in r)
+    assert sum(branches.values()) == 225
+
+
+def test_walked_drills_write_their_figures_walked(dataset):
+    """data/aux/walked/comparisons.jsonl: seed 0's comparison drills with both figures in the
+    walked form, the verdict the figures imply."""
+    drills = _read(WALKED_DRILLS_FILE)
+    assert drills == dataset.walked_drills
+    assert drills == comparison_drills(0, WALKED_DRILLS, restate=walked_drill_figures)
+    assert len(drills) == WALKED_DRILLS
+    for row in drills:
+        thought = json.loads(row["solution"])["thought"]
+        stated = WALKED_THOUGHT.match(thought)
+        assert stated, thought
+        _check_walk(stated["first"], stated["second"], stated["walk"])
+        covers = int(stated["first"]) <= int(stated["second"])
+        assert stated["verdict"] == {"en": "enough" if covers else "not enough"}.get(
+            row["lang"], "够" if covers else "不够"
+        ), thought

@@ -1,5 +1,6 @@
 """The shipped dataset passes the data gate: every row of every file valid (the auxiliary
-numeracy exercises and conditional redraws too), counts as shipped."""
+numeracy exercises and conditional redraws too), counts as shipped; so do the numeracy preset's
+training rows (data/aux/walked/) with the eval files."""
 
 from __future__ import annotations
 
@@ -20,11 +21,25 @@ SHIPPED = [
     "aux/numeracy.jsonl",
     "aux/conditional.jsonl",
 ]
+EVAL = [name for name in SHIPPED if name.startswith("eval/")]
+# The numeracy preset's rows: the multi-step training rows walked, and the walked drills.
+WALKED = ["train/single_step.jsonl", "aux/walked/multistep.jsonl", "aux/walked/comparisons.jsonl"]
+FILE_SETS = {"shipped": SHIPPED, "numeracy preset": [*WALKED, *EVAL]}
+# Rows that reply about balances and prices by design: their thoughts name check_balance's words,
+# their action is `respond`.
+EXERCISE_FILES = ("aux/numeracy.jsonl", "aux/walked/comparisons.jsonl")
+# Conditional steps: the shipped files' 291 (225 of them training), the 1,800 redraws.
+CONDITIONAL_STEPS = {"shipped": 291 + 1800, "numeracy preset": 291}
+
+
+@pytest.fixture(scope="module", params=FILE_SETS)
+def file_set(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    paths = [DATA_DIR / name for name in SHIPPED]
+def loaded(file_set):
+    paths = [DATA_DIR / name for name in FILE_SETS[file_set]]
     if missing := [str(p) for p in paths if not p.is_file()]:
         pytest.skip(f"shipped data not generated yet (run `toolgrpo data generate`): {missing}")
     return load_samples.fn(paths)
@@ -37,14 +52,14 @@ def test_every_shipped_row_passes_the_data_gate(loaded):
 
 
 def test_shipped_labels_agree_with_their_context(loaded):
-    """The tool-selection rows, the conditional redraws among them; the numeracy exercises reply
-    about balances and prices by design (their thoughts name check_balance's words, their action
-    is `respond`)."""
-    labels = loaded.frame.filter(~pl.col("file").str.ends_with("aux/numeracy.jsonl"))
+    """The tool-selection rows, the conditional redraws and walked steps among them; not the
+    exercises (`EXERCISE_FILES`)."""
+    exercise = pl.any_horizontal(pl.col("file").str.ends_with(name) for name in EXERCISE_FILES)
+    labels = loaded.frame.filter(~exercise)
     assert [str(found.problem()) for found in label_inconsistencies(labels)] == []
 
 
-def test_every_conditional_shipped_step_is_checked_against_its_figures(loaded):
+def test_every_conditional_shipped_step_is_checked_against_its_figures(loaded, file_set):
     """Its figures parse in every format the data writes them: flipping the branch of any
     conditional step contradicts them."""
     condition = pl.col("condition")
@@ -56,11 +71,12 @@ def test_every_conditional_shipped_step_is_checked_against_its_figures(loaded):
     )
     found = {f.id for f in label_inconsistencies(flipped) if f.check == BRANCH_MATCHES_FIGURES}
     conditional = set(loaded.frame.filter(condition.is_not_null())["id"])
-    assert len(conditional) == 291 + 1800  # the shipped files' and the redraws'
+    assert len(conditional) == CONDITIONAL_STEPS[file_set]
     assert found == conditional
 
 
-def test_train_files_hold_454_single_and_823_multi_step_rows(loaded):
+def test_train_files_hold_454_single_and_823_multi_step_rows(loaded, file_set):
     by_file = summarise_samples.fn(loaded)["file"]
+    multistep = "train/multistep.jsonl" if file_set == "shipped" else "aux/walked/multistep.jsonl"
     assert by_file[str(DATA_DIR / "train/single_step.jsonl")] == 454
-    assert by_file[str(DATA_DIR / "train/multistep.jsonl")] == 823
+    assert by_file[str(DATA_DIR / multistep)] == 823
