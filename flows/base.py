@@ -9,7 +9,7 @@ is not built again; a build that stopped resumes from its checkpoint when run ag
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from prefect import flow, get_run_logger
 from pydantic import BaseModel
@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from toolgrpo.tasks.base import CARD_JSON, publish_base, read_card
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import train_stage
+from toolgrpo.training import Preset
 from toolgrpo.training.base import STAGE, BaseCard, base_card, build_key
 from toolgrpo.training.config import load_preset
 
@@ -56,7 +57,7 @@ def build_command(preset: str, out: Path, overrides: dict[str, Any]) -> str:
 @flow(name="build-base", log_prints=True)
 def build_base(
     out: Path,
-    preset: Literal["smoke", "cpu", "gpu"] = "cpu",
+    preset: Preset = "cpu",
     overrides: dict[str, Any] | None = None,
     runs: Path = Path("runs"),
     timeout_s: float = 7200.0,

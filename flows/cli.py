@@ -9,11 +9,12 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from cyclopts import App, Parameter
 
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
+from toolgrpo.training import Preset
 
 # The temporary Prefect server can take longer than the 20 s default on a busy 2-core box.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -117,7 +118,7 @@ def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
 def build_base(
     *,
     out: Path,
-    preset: Literal["smoke", "cpu", "gpu"] = "cpu",
+    preset: Preset = "cpu",
     set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
     runs: Path = Path("runs"),
 ) -> int:
@@ -508,7 +509,7 @@ def retrain_parameters(
 @app.command
 def run(
     *,
-    preset: Literal["smoke", "cpu", "gpu"] = "cpu",
+    preset: Preset = "cpu",
     train: Annotated[list[Path] | None, Parameter(consume_multiple=True, negative="")] = None,
     eval_: Annotated[
         list[Path] | None, Parameter(name="--eval", consume_multiple=True, negative="")
@@ -563,7 +564,7 @@ def run(
 
 
 @app.command
-def serve(*, preset: Literal["smoke", "cpu", "gpu"] = "cpu", out: Path = Path("runs")) -> int:
+def serve(*, preset: Preset = "cpu", out: Path = Path("runs")) -> int:
     """Serve the nightly retrain and the hourly data-quality deployments with their schedules.
 
     Point PREFECT_API_URL at a running `prefect server start` to watch them in the UI.

@@ -35,6 +35,7 @@ from toolgrpo.tasks.report import publish_headline, publish_report
 from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
 from toolgrpo.tasks.train import StageResult, train_stage
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
+from toolgrpo.training import Preset
 from toolgrpo.training.config import TrainConfig, load_preset
 from toolgrpo.training.metrics import read_metrics
 
@@ -48,7 +49,6 @@ SHIPPED_EVAL_FILES = [
     DATA_DIR / "eval" / "multistep.jsonl",
     DATA_DIR / "eval" / "unseen_phrasing.jsonl",
 ]
-Preset = Literal["smoke", "cpu", "gpu"]
 
 
 def training_code() -> list[Path]:

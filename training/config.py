@@ -662,13 +662,43 @@ def preset_names() -> list[str]:
     return sorted(path.stem for path in PRESETS_DIR.glob("*.yaml"))
 
 
-def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """The named preset with dotted-path `overrides` applied (`{"grpo.max_steps": 5}`); values
-    may be strings (`"5"`), as from a command line, and are validated like the preset's."""
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` set section by section (a section's other fields kept)."""
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            value = _merged(merged[key], value)
+        merged[key] = value
+    return merged
+
+
+def _preset_values(name: str, extending: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's sections as its YAML sets them, over those of the preset it `extends` (a
+    variant states only what differs); its relative data paths are under the data folder, where
+    the files it names ship."""
     path = PRESETS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown preset {name!r}; choose one of {preset_names()}")
     values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = values.get("data", {})
+    for field_name, value in data.items():
+        field = DataSection.model_fields.get(field_name)  # an unknown one fails validation
+        if field is not None and field.annotation is Path and isinstance(value, str):
+            data[field_name] = DATA_DIR / value
+    base = values.pop("extends", None)
+    if base is None:
+        return values
+    if base in (name, *extending):
+        raise ConfigError(
+            f"presets extend each other in a circle: {' → '.join((*extending, name, base))}"
+        )
+    return _merged(_preset_values(base, (*extending, name)), values)
+
+
+def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The named preset with dotted-path `overrides` applied (`{"grpo.max_steps": 5}`); values
+    may be strings (`"5"`), as from a command line, and are validated like the preset's."""
+    values = _preset_values(name)
     return _overridden({**values, "preset": name}, overrides or {}, f"preset {name!r}")
 
 

@@ -6,13 +6,17 @@ import json
 from collections import Counter
 from functools import reduce
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from pydantic import ValidationError
 from trl import SFTConfig
 
+from toolgrpo.data import DATA_DIR
 from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.samples import is_condition_fails
+from toolgrpo.training import Preset
+from toolgrpo.training import config as config_module
 from toolgrpo.training.__main__ import main as training_main
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
@@ -40,10 +44,35 @@ from toolgrpo.training.samples import (
 from toolgrpo.training.sft import sft_config
 
 
-def test_three_named_presets_ship():
-    assert {"smoke", "cpu", "gpu"} <= set(preset_names())
-    for name in ("smoke", "cpu", "gpu"):
+def test_four_named_presets_ship_and_the_typed_parameter_lists_each():
+    assert set(get_args(Preset)) == set(preset_names()) == {"smoke", "cpu", "gpu", "numeracy"}
+    for name in preset_names():
         assert load_preset(name).preset == name
+
+
+def test_numeracy_preset_is_the_cpu_preset_on_the_walked_rows():
+    """It states only what differs from the cpu preset it extends; its data paths are the
+    shipped walked files, whatever the working directory."""
+    numeracy = load_preset("numeracy")
+    differs = {
+        "data.train_multistep": DATA_DIR / "aux" / "walked" / "multistep.jsonl",
+        "data.train_aux": DATA_DIR / "aux" / "walked" / "comparisons.jsonl",
+        "data.aux_share": 0.5,
+        "model.tiny.frame_tokens": "none",
+        "sft.learning_rate": 1e-3,
+    }
+    assert numeracy.model_dump(exclude={"preset"}) == load_preset("cpu", differs).model_dump(
+        exclude={"preset"}
+    )
+    assert numeracy.data.train_multistep.is_file() and numeracy.data.train_aux.is_file()
+
+
+def test_a_preset_extending_itself_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(config_module, "PRESETS_DIR", tmp_path)
+    (tmp_path / "a.yaml").write_text("extends: b\n")
+    (tmp_path / "b.yaml").write_text("extends: a\nseed: 3\n")
+    with pytest.raises(ConfigError, match="presets extend each other in a circle: a → b → a"):
+        load_preset("a")
 
 
 def test_preset_fields_can_be_overridden_one_by_one():
