@@ -61,14 +61,21 @@ def run_config(run_dir: Path, preset: str | None, config_file: Path | None) -> T
     return config
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv)
+def configure_output() -> None:
+    """The parent streams this process's output line by line into the run's log: INFO records,
+    no progress bars, no deprecation notes that TRL's own calls into transformers raise, and not
+    accelerate's INFO note that the length-sorted batches have no length (once per metric
+    gathered at every epoch's end: 16 identical lines an epoch)."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
-    # The parent streams this output line by line: no progress bars, no deprecation notes that
-    # TRL's own calls into transformers raise.
+    logging.getLogger("accelerate.accelerator").setLevel(logging.WARNING)
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    configure_output()
     try:
         config, note = place_here(run_config(args.run_dir, args.preset, args.config))
         config = config.for_stage(args.stage)

@@ -1,5 +1,6 @@
 """The Prefect task that runs a training stage as a subprocess: command, deadline, failures."""
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -69,6 +70,17 @@ def test_several_processes_go_through_accelerate_launch_with_the_named_config():
 )
 def test_only_the_childs_per_step_records_leave_the_info_log(line, per_step):
     assert bool(PER_STEP_RECORD.match(line)) is per_step
+
+
+def test_the_training_process_logs_info_but_not_accelerates_per_epoch_note():
+    """In a process of its own, as the stage runs (the set-up is process-wide)."""
+    check = (
+        "import logging; from toolgrpo.training.__main__ import configure_output; "
+        "configure_output(); enabled = lambda name: logging.getLogger(name).isEnabledFor(20); "
+        "print(enabled('toolgrpo.training.ngrpo'), enabled('accelerate.accelerator'))"
+    )
+    shown = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert shown.stdout.split() == ["True", "False"], shown.stderr
 
 
 def _training_processes(run_dir: Path) -> list[int]:
