@@ -13,7 +13,8 @@ from toolgrpo.schemas.samples import check_rule
 from toolgrpo.validation.gate import CROSS_FILE_RULES, invalid_rows_by_file
 from toolgrpo.validation.loader import LOAD_CHECK_RULES
 
-# Beyond this, the markdown and the Prefect table show the first rows; the CSV has them all.
+# Beyond this, the markdown and the Prefect table show the first rows (failures, warnings); the
+# CSV and data_quality.json have them all.
 MAX_LISTED_FAILURES = 200
 # A conflict's prompt as the report's table shows it (conflicts.csv has it whole).
 CONFLICT_PROMPT_CHARS = 120
@@ -63,10 +64,7 @@ def render_markdown(report: DataReport) -> str:
             for check, n in by_check.items()
         ]
         parts += ["## Failures by check", markdown_table(rules)]
-        listed = report.failures[:MAX_LISTED_FAILURES]
-        parts += ["## Failures", "\n".join(f"- {code_span(p)}" for p in listed)]
-        if len(report.failures) > len(listed):
-            parts.append(f"... {len(report.failures) - len(listed)} more in failures.csv")
+        parts += _listed("Failures", [code_span(p) for p in report.failures], "failures.csv")
     if report.conflicts:
         conflicts = [
             {
@@ -91,8 +89,17 @@ def render_markdown(report: DataReport) -> str:
         ]
         parts += ["## Label overrides applied", markdown_table(overrides)]
     if report.warnings:
-        parts += ["## Warnings", "\n".join(f"- {markdown_text(w)}" for w in report.warnings)]
+        warnings = [markdown_text(w) for w in report.warnings]
+        parts += _listed("Warnings", warnings, "data_quality.json (`warnings`)")
     return "\n\n".join(parts) + "\n"
+
+
+def _listed(title: str, items: list[str], everything_in: str) -> list[str]:
+    """A section listing the first `MAX_LISTED_FAILURES` items, then how many more are where."""
+    parts = [f"## {title}", "\n".join(f"- {item}" for item in items[:MAX_LISTED_FAILURES])]
+    if len(items) > MAX_LISTED_FAILURES:
+        parts.append(f"... {len(items) - MAX_LISTED_FAILURES} more in {everything_in}")
+    return parts
 
 
 def failure_records(failures: list[Problem]) -> list[dict[str, object]]:

@@ -23,7 +23,7 @@ import toolgrpo.tasks.validate as validate_tasks
 from tests.code.test_load import GOOD, row_bytes, write_lines
 from toolgrpo.flows.cli import app, validate
 from toolgrpo.flows.data_quality import data_quality
-from toolgrpo.reporting.data_quality import render_markdown
+from toolgrpo.reporting.data_quality import MAX_LISTED_FAILURES, render_markdown
 from toolgrpo.reporting.markdown import markdown_text
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import files_hash
@@ -164,6 +164,16 @@ def test_rows_by_file_add_up_to_the_total_with_unreadable_rows_counted(tmp_path)
     assert f"| {first} | 2 | 1 | 1 |" in markdown
     assert f"| {second} | 2 | 1 | 1 |" in markdown
     assert "## Rows by lang (3 readable rows)" in markdown
+
+
+def test_a_long_list_of_warnings_shows_its_first_lines_and_where_the_rest_are(tmp_path):
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    warnings = [f"rows.jsonl:{line}: a warning" for line in range(MAX_LISTED_FAILURES + 7)]
+    report = validate_samples.fn(load_samples.fn([data])).model_copy(update={"warnings": warnings})
+    markdown = render_markdown(report)
+    assert markdown.count("a warning") == MAX_LISTED_FAILURES
+    assert f"rows.jsonl:{MAX_LISTED_FAILURES - 1}: a warning" in markdown
+    assert "... 7 more in data_quality.json (`warnings`)" in markdown
 
 
 @pytest.mark.parametrize("solution", ["not json", '["a list"]', '{"thought": "x"} trailing', ""])
