@@ -127,7 +127,7 @@ def ablation(params: AblationParams) -> AblationReport:
 
     # The main job's gate on every row a stage reads (SFT's auxiliary rows included); the stages
     # then train on the gated rows, reviewed label overrides applied, as the main job does.
-    train_files = [base.data.train_single_step, base.data.train_multistep]
+    train_files = base.data.training_files()
     aux = base.data.mixed_in_aux()
     loaded, gate = data_gate(
         [*train_files, *aux],

@@ -18,7 +18,8 @@ from prefect.events.schemas.automations import AutomationCore
 from prefect.exceptions import ObjectNotFound
 
 from toolgrpo.flows.data_quality import data_quality
-from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, SHIPPED_TRAIN_FILES, retrain
+from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, retrain
+from toolgrpo.training.config import load_preset
 
 NIGHTLY_CRON = "0 2 * * *"  # 02:00 every night; unchanged data hits the training cache
 DATA_QUALITY_INTERVAL_S = 3600
@@ -33,8 +34,10 @@ class NotificationError(ValueError):
 
 def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDeployment]:
     """The nightly retrain (of `preset`, into `out`) and the hourly report on the same data
-    files, with the same roles (so an eval row found in the training files fails both); every
-    other parameter is the retrain flow's default, listed on the deployment's form."""
+    files — the preset's training rows and the rows SFT mixes in, the eval files — with the same
+    roles (so an eval row found in the training files fails both); every other parameter is the
+    retrain flow's default, listed on the deployment's form."""
+    data = load_preset(preset).data
     return [
         retrain.to_deployment(
             name=RETRAIN_DEPLOYMENT,
@@ -47,7 +50,7 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
             name=DATA_QUALITY_DEPLOYMENT,
             interval=DATA_QUALITY_INTERVAL_S,
             parameters={
-                "train_files": [str(p) for p in SHIPPED_TRAIN_FILES],
+                "train_files": [str(p) for p in [*data.training_files(), *data.mixed_in_aux()]],
                 "eval_files": [str(p) for p in SHIPPED_EVAL_FILES],
                 "out": str(out),
             },

@@ -40,10 +40,6 @@ from toolgrpo.training.config import TrainConfig, load_preset
 from toolgrpo.training.metrics import read_metrics
 
 CATALOGUE_FILE = "catalogue.json"
-SHIPPED_TRAIN_FILES = [
-    DATA_DIR / "train" / "single_step.jsonl",
-    DATA_DIR / "train" / "multistep.jsonl",
-]
 SHIPPED_EVAL_FILES = [
     DATA_DIR / "eval" / "single_step.jsonl",
     DATA_DIR / "eval" / "multistep.jsonl",
@@ -106,7 +102,7 @@ def _retrain_run_name() -> str:
 @flow(name="retrain", flow_run_name=_retrain_run_name, log_prints=True)
 def retrain(
     preset: Preset = "cpu",
-    train_files: list[Path] = SHIPPED_TRAIN_FILES,
+    train_files: list[Path] | None = None,
     eval_files: list[Path] = SHIPPED_EVAL_FILES,
     catalogue: Path | None = None,
     label_overrides: Path | None = LABEL_OVERRIDES,
@@ -124,7 +120,9 @@ def retrain(
     Args:
         preset: the training preset (smoke: a plumbing check; cpu: the main job on 2 cores;
             gpu: a real base model, LoRA, bf16)
-        train_files: labelled training rows (JSONL or parquet)
+        train_files: labelled training rows (JSONL or parquet); empty: the preset's
+            (data.train_single_step, data.train_multistep: the shipped data/train/ files, or
+            for the numeracy preset data/aux/walked/multistep.jsonl in place of the multi-step)
         eval_files: held-out rows, split from the training rows by scenario
         catalogue: the tool catalogue (JSON) the rows, rewards and evaluation use; empty: the
             shipped data/tools.json. The run folder keeps a copy (catalogue.json).
@@ -140,6 +138,8 @@ def retrain(
         stage_timeout_s: deadline of each training stage, in seconds
     """
     logger = get_run_logger()
+    requested = load_preset(preset, config.dotted() if config else {})
+    train_files = train_files or requested.data.training_files()
     data_hash = files_hash([*train_files, *eval_files])
     tag_flow_run(f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(out, f"retrain-{preset}").resolve()
@@ -149,7 +149,6 @@ def retrain(
     started = time.monotonic()
     catalogue_copy = keep_catalogue(catalogue, run_dir)
     tools = load_catalogue(catalogue_copy)
-    requested = load_preset(preset, config.dotted() if config else {})
     # the rows SFT mixes in (data.train_aux) are training data too: gated and written with them
     aux = requested.data.mixed_in_aux()
     loaded, gate = data_gate(

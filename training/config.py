@@ -123,6 +123,11 @@ class DataSection(Section):
         0.0, ge=0, lt=1, description="share of the SFT rows drawn from train_aux; 0: none"
     )
 
+    def training_files(self) -> list[Path]:
+        """The single-step and multi-step training rows a run of this config trains on, unless
+        it is given others (`toolgrpo run --train`)."""
+        return [self.train_single_step, self.train_multistep]
+
     def mixed_in_aux(self) -> list[Path]:
         """The auxiliary file SFT draws rows from (none when `aux_share` is 0): training data,
         so a flow gates it with the training files."""

@@ -84,7 +84,7 @@ def test_run_options_become_the_flows_typed_parameters(tmp_path):
     )
     assert parameters["config"].dotted() == {"grpo.max_steps": 2, "seed": 4}
     assert (parameters["catalogue"], parameters["audit_folds"]) == (catalogue, 0)
-    assert "train_files" not in parameters  # the flow's default: the shipped files
+    assert "train_files" not in parameters  # the flow's default: the preset's files
     retrain.validate_parameters(parameters)  # raises on a parameter the flow would refuse
 
 

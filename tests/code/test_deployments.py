@@ -12,6 +12,7 @@ from prefect.flows import load_flow_from_entrypoint
 from prefect.utilities.callables import parameter_schema_from_entrypoint
 from prefect.utilities.templating import apply_values
 
+from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments, failure_automation
 from toolgrpo.flows.retrain import retrain
 from toolgrpo.training.config import load_preset
@@ -88,6 +89,14 @@ def test_served_deployments_carry_their_schedules():
     parameters = served["data-quality-hourly"].parameters
     assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train"]
     assert [Path(f).parent.name for f in parameters["eval_files"]] == ["eval"] * 3
+    # The preset's training files and the rows it mixes in, as its nightly run gates them.
+    (numeracy,) = [d for d in deployments("numeracy") if d.name == "data-quality-hourly"]
+    walked = [Path(f).relative_to(DATA_DIR).as_posix() for f in numeracy.parameters["train_files"]]
+    assert walked == [
+        "train/single_step.jsonl",
+        "aux/walked/multistep.jsonl",
+        "aux/walked/comparisons.jsonl",
+    ]
 
 
 def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():

@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 from transformers import AutoModelForCausalLM
 
-from toolgrpo.flows.retrain import SHIPPED_TRAIN_FILES, RetrainOverrides, retrain
+from toolgrpo.flows.retrain import RetrainOverrides, retrain
+from toolgrpo.training.config import load_preset
 from toolgrpo.validation.gate import DataGateFailed
 
 pytestmark = pytest.mark.slow
@@ -80,8 +81,11 @@ def test_cross_fitted_audit_scores_each_training_row_with_a_model_that_never_saw
     assert findings["label_issues_out_of_sample"] is True
 
 
+SMOKE_TRAIN_FILES = load_preset("smoke").data.training_files()
+
+
 def test_invalid_row_stops_the_flow_before_training(prefect_harness, tmp_path):
-    good = SHIPPED_TRAIN_FILES
+    good = SMOKE_TRAIN_FILES
     bad = tmp_path / "bad.jsonl"
     row = json.loads(good[0].read_text(encoding="utf-8").splitlines()[0])
     bad.write_text(json.dumps({**row, "id": "bad-1", "tool": "teleport"}) + "\n", encoding="utf-8")
@@ -97,7 +101,7 @@ def test_invalid_row_stops_the_flow_before_training(prefect_harness, tmp_path):
 def test_rows_sft_mixes_in_pass_the_gate_too(prefect_harness, tmp_path):
     """An auxiliary file (`data.train_aux`) is training data when `data.aux_share` mixes it in:
     a bad row there stops the run before training, like one in a training file."""
-    row = json.loads(SHIPPED_TRAIN_FILES[0].read_text(encoding="utf-8").splitlines()[0])
+    row = json.loads(SMOKE_TRAIN_FILES[0].read_text(encoding="utf-8").splitlines()[0])
     aux = tmp_path / "aux.jsonl"
     aux.write_text(json.dumps({**row, "id": "aux-1", "tool": "teleport"}) + "\n", encoding="utf-8")
     mixed = RetrainOverrides.from_dotted({"data.train_aux": str(aux), "data.aux_share": 0.2})
@@ -106,3 +110,20 @@ def test_rows_sft_mixes_in_pass_the_gate_too(prefect_harness, tmp_path):
     assert {(Path(p.file).name, p.line) for p in failed.value.report.failures} == {("aux.jsonl", 1)}
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert not (run_dir / "sft").exists()
+
+
+def test_a_run_without_training_files_gates_the_presets(prefect_harness, tmp_path):
+    """The numeracy preset names the walked multi-step rows and drills: a run given no training
+    files gates (and would train on) those, not the shipped data/train/ ones. An eval file with
+    a bad row stops it before training, so the gate's file list is all there is to read."""
+    row = json.loads(SMOKE_TRAIN_FILES[0].read_text(encoding="utf-8").splitlines()[0])
+    bad_eval = tmp_path / "eval.jsonl"
+    bad_row = json.dumps({**row, "id": "e-1", "tool": "teleport"})
+    bad_eval.write_text(bad_row + "\n", encoding="utf-8")
+    out = tmp_path / "runs"
+    with pytest.raises(DataGateFailed) as failed:
+        retrain(preset="numeracy", eval_files=[bad_eval], out=out)
+    numeracy = load_preset("numeracy").data
+    expected = [*numeracy.training_files(), numeracy.train_aux, bad_eval]
+    assert failed.value.report.files == [str(path) for path in expected]
+    assert "aux/walked/multistep.jsonl" in str(numeracy.train_multistep)
