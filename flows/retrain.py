@@ -119,7 +119,8 @@ def retrain(
 
     Args:
         preset: the training preset (smoke: a plumbing check; cpu: the main job on 2 cores;
-            gpu: a real base model, LoRA, bf16)
+            numeracy: cpu on the walked rows, ~18 minutes, conditional steps decided from the
+            figures; gpu: a real base model, LoRA, bf16)
         train_files: labelled training rows (JSONL or parquet); empty: the preset's
             (data.train_single_step, data.train_multistep: the shipped data/train/ files, or
             for the numeracy preset data/aux/walked/multistep.jsonl in place of the multi-step)
