@@ -51,6 +51,7 @@ from toolgrpo.generator.comparisons import (
     PairForm,
     compared_in,
     counted,
+    drill_figures,
     places,
     rewritten_thought,
     walked,
@@ -164,7 +165,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, str]:
     if aux == COMPARISONS:
         aux = arm_dir / COMPARISONS
         form = PAIR_FORMS.get(rows)
-        restate = (lambda needed, balance: form(str(needed), str(balance))) if form else None
+        restate = drill_figures(form) if form else None
         drills = comparison_drills(args.seed, args.drills, restate=restate)
         aux.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in drills))
     overrides = {

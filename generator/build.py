@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from toolgrpo.generator.comparisons import walked_drill_figures
+from toolgrpo.generator.comparisons import drill_figures, walked
 from toolgrpo.generator.numeracy import EXERCISES_FILE, build_exercises, comparison_drills
 from toolgrpo.generator.phrases import LANGS, Lang, PhraseList, counts, tool_phrases
 from toolgrpo.generator.scenarios import PATTERNS
@@ -375,7 +375,7 @@ def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
         exercises=build_exercises(seed, catalogue),
         redraws=conditional_redraws(seed, catalogue, excluded_requests=map(request_text, held_out)),
         walked_multistep=walked_multistep(seed, catalogue),
-        walked_drills=comparison_drills(seed, WALKED_DRILLS, restate=walked_drill_figures),
+        walked_drills=comparison_drills(seed, WALKED_DRILLS, restate=drill_figures(walked)),
     )
 
 

@@ -85,7 +85,7 @@ def walked_thought(thought: str) -> str:
     return rewritten_thought(thought, compared_in(walked))
 
 
-def walked_drill_figures(needed: int, balance: int) -> tuple[str, str]:
-    """A comparison drill's two figures in the walked form (`generator.numeracy.comparison_drills`'
+def drill_figures(form: PairForm) -> Callable[[int, int], tuple[str, str]]:
+    """A comparison drill's two figures written in `form` (`generator.numeracy.comparison_drills`'
     `restate`)."""
-    return walked(str(needed), str(balance))
+    return lambda needed, balance: form(str(needed), str(balance))

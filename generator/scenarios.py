@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from toolgrpo.generator.comparisons import walked_thought
-from toolgrpo.generator.phrases import Phrase, ScenarioPhrases, Side, scenario_phrases
+from toolgrpo.generator.phrases import ScenarioPhrases, Side, scenario_phrases
 from toolgrpo.generator.slots import Slots, balance_text, digits, price_text
 from toolgrpo.generator.steps import Facts, Step, build_step, refusal
 
@@ -137,13 +137,6 @@ class Pattern:
         set_up = self.set_up(rng, slots, condition_holds)
         lang, placeholders = slots.lang, slots.placeholders() | set_up.placeholders
 
-        def reasoning(plain: Phrase, worked: Phrase) -> str:
-            return (
-                walked_thought(worked.say(lang, placeholders))
-                if walked
-                else plain.say(lang, placeholders)
-            )
-
         steps = [
             build_step(
                 step.tool, slots, step.thought.say(lang, placeholders), set_up.facts.get(step.tool)
@@ -154,12 +147,14 @@ class Pattern:
         if condition is None:
             return steps
         last = steps[-1]
-        if condition_holds:
-            last = replace(
-                last, thought=reasoning(self.phrases.steps[-1].thought, condition.worked_thought)
-            )
-        else:
-            thought = reasoning(condition.refusal_thought, condition.worked_refusal_thought)
+        if walked and condition_holds:
+            worked = condition.worked_thought.say(lang, placeholders)
+            last = replace(last, thought=walked_thought(worked))
+        if not condition_holds:
+            if walked:
+                thought = walked_thought(condition.worked_refusal_thought.say(lang, placeholders))
+            else:
+                thought = condition.refusal_thought.say(lang, placeholders)
             last = refusal(slots, thought, condition.refusal_reply.say(lang, placeholders))
         last = replace(
             last,

@@ -24,7 +24,7 @@ from toolgrpo.generator.build import (
     Dataset,
     build_dataset,
 )
-from toolgrpo.generator.comparisons import walked, walked_drill_figures
+from toolgrpo.generator.comparisons import drill_figures, walked
 from toolgrpo.generator.numeracy import EXERCISES_FILE, comparison_drills, product_working
 from toolgrpo.generator.phrases import (
     LANGS,
@@ -563,7 +563,7 @@ def test_walked_drills_write_their_figures_walked(dataset):
     walked form, the verdict the figures imply."""
     drills = _read(WALKED_DRILLS_FILE)
     assert drills == dataset.walked_drills
-    assert drills == comparison_drills(0, WALKED_DRILLS, restate=walked_drill_figures)
+    assert drills == comparison_drills(0, WALKED_DRILLS, restate=drill_figures(walked))
     assert len(drills) == WALKED_DRILLS
     for row in drills:
         thought = json.loads(row["solution"])["thought"]
