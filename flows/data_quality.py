@@ -47,9 +47,11 @@ def data_quality(
     """
     train_files, eval_files = train_files or [], eval_files or []
     paths = [*(files or []), *train_files, *eval_files]
-    tag_flow_run(f"data:{files_hash(paths)[:SHORT_HASH]}")
     tools = catalogue_at(catalogue)
-    samples = load_samples(paths, overrides, tools)
+    # sha256 and polars both release the GIL: the tag's hash runs while the files load
+    loading = load_samples.submit(paths, overrides, tools)
+    tag_flow_run(f"data:{files_hash(paths)[:SHORT_HASH]}")
+    samples = loading.result()
     checked = validate_samples(
         samples, list(map(str, train_files)), list(map(str, eval_files)), tools
     )

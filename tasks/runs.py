@@ -14,6 +14,7 @@ from prefect.context import FlowRunContext
 
 # How a data hash is shown in tags and reports.
 SHORT_HASH = 12
+HASH_CHUNK_BYTES = 1 << 20
 
 
 def new_run_dir(root: Path, label: str) -> Path:
@@ -43,7 +44,9 @@ def files_hash(paths: Iterable[Path]) -> str:
     digest = hashlib.sha256()
     for path in map(Path, paths):
         if path.is_file():
-            digest.update(path.read_bytes())
+            with path.open("rb") as file:  # in chunks: a 1 GB file is not held in memory twice
+                while chunk := file.read(HASH_CHUNK_BYTES):
+                    digest.update(chunk)
     return digest.hexdigest()
 
 

@@ -4,6 +4,7 @@ red run with its problem lines in the log, counts that add up, escaped text, lea
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import pickle
 import re
@@ -19,6 +20,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter
 from prefect.logging.handlers import APILogHandler
 
+import toolgrpo.tasks.runs as runs
 import toolgrpo.tasks.validate as validate_tasks
 from tests.code.test_load import GOOD, row_bytes, write_lines
 from toolgrpo.flows.cli import app, validate
@@ -151,6 +153,16 @@ def test_passing_run_is_completed_named_and_tagged_by_its_data(prefect_harness, 
         flow_run = client.read_flow_run(state.state_details.flow_run_id)
     assert re.fullmatch(r"data-quality-1-files-\d{8}-\d{4}", flow_run.name)
     assert f"data:{files_hash([data])[:12]}" in flow_run.tags
+
+
+def test_the_data_tag_hashes_the_files_bytes_in_order_across_read_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(runs, "HASH_CHUNK_BYTES", 7)
+    first = write_lines(tmp_path / "a.jsonl", GOOD, b"not json")
+    second = write_lines(tmp_path / "b.jsonl", row_bytes(id="b1"))
+    whole = hashlib.sha256(first.read_bytes() + second.read_bytes()).hexdigest()
+
+    assert files_hash([first, tmp_path / "missing.jsonl", second]) == whole
+    assert files_hash([second, first]) != whole
 
 
 def test_rows_by_file_add_up_to_the_total_with_unreadable_rows_counted(tmp_path):
