@@ -276,10 +276,18 @@ def _decoded(
         read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
         if read.height == rows.height:
             return read.with_row_index("line", offset=1)
-    return rows.select(
-        "line",
-        pl.when(plain).then(pl.col("text")).str.json_decode(pl.Struct(RECORD_SCHEMA)).alias("row"),
-    ).unnest("row")
+    return (
+        rows.lazy()  # split over the cores, as in `_read_jsonl_natively`
+        .select(
+            "line",
+            pl.when(plain)
+            .then(pl.col("text"))
+            .str.json_decode(pl.Struct(RECORD_SCHEMA))
+            .alias("row"),
+        )
+        .unnest("row")
+        .collect()
+    )
 
 
 def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:
@@ -290,12 +298,18 @@ def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Row
         lines = pl.read_lines(data, name="text")
     except pl.exceptions.ComputeError:  # some byte is not UTF-8: its line is not plain
         lines = pl.read_lines(data.decode("utf-8", "replace").encode(), name="text")
-    rows = lines.with_row_index("line", offset=1).filter(
-        ~pl.col("text").str.contains(f"^[{_BLANK}]*$")
+    # lazily: the engine splits the regexes over the cores, an eager call runs on one
+    rows = (
+        lines.lazy()
+        .with_row_index("line", offset=1)
+        .filter(~pl.col("text").str.contains(f"^[{_BLANK}]*$"))
+        .with_columns(canonical=pl.col("text").str.contains(_CANONICAL_ROW))
+        .collect()
     )
-    canonical = rows.select(pl.col("text").str.contains(_CANONICAL_ROW)).to_series()
+    canonical = rows["canonical"]
     others = rows.filter(~canonical)  # polars checks these more slowly, pydantic reads the rest
-    plain = canonical | rows["line"].is_in(others.filter(_plain_row(pl.col("text")))["line"])
+    plain_others = others.lazy().filter(_plain_row(pl.col("text"))).collect()
+    plain = canonical | rows["line"].is_in(plain_others["line"])
     try:
         decoded = _decoded(data, rows, plain, every_line_a_row=rows.height == lines.height)
     except pl.exceptions.ComputeError:  # polars disagrees with the plain-row rule: trust pydantic
