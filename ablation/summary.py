@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -72,6 +72,18 @@ class AblationSummary(BaseModel):
     runs: list[ArmRun]
     failed: list[str] = Field(default_factory=list, description="arms that did not finish")
     wall_s: float = 0.0
+    overrides: dict[str, Any] | None = Field(
+        None,
+        description="training config fields set on every stage (--set, the catalogue); None: "
+        "not recorded (summaries written before they were)",
+    )
+    merged_from: list[str] = Field(
+        default_factory=list, description="the summaries `toolgrpo ablate-report` merged"
+    )
+    unchecked: list[str] = Field(
+        default_factory=list,
+        description="merged summaries that recorded no overrides, so none were compared",
+    )
 
     def arm(self, start: Start, arm: str) -> ArmSummary | None:
         return next((a for a in self.arms if a.start == start and a.arm == arm), None)

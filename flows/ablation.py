@@ -1,9 +1,11 @@
 """`toolgrpo ablate`: does NGRPO earn its place? SFT vs GRPO vs NGRPO (zero-std) vs NGRPO (all).
 
-Each start (SFT on single-step rows only, and the preset's default warm start) is trained once
-per seed; from each, one GRPO arm per advantage estimator with the same seeds, steps and data.
-Arms run as separate Prefect tasks, `workers` at a time, and every saved checkpoint is evaluated
-on the held-out rows. The report (verdict, table, plot) goes to the run folder and to artifacts.
+Each start (SFT on single-step rows only, on those plus 10% of the multi-step scenarios, and the
+preset's default warm start) is trained once per seed; from each, one GRPO arm per advantage
+estimator with the same seeds, steps and data. Arms run as separate Prefect tasks, `workers` at a
+time, and every saved checkpoint is evaluated on the held-out rows. The report (verdict, table,
+learning curves) goes to the run folder and to artifacts. `toolgrpo ablate-report` merges
+ablations run apart (a seed per day or machine) into one such report.
 
 The tasks run on a thread pool of this process, or on a Dask cluster (`dask`: a local one, or a
 team's scheduler) through prefect-dask, the optional extra `toolgrpo[dask]`: each arm's training
@@ -33,6 +35,7 @@ from toolgrpo.ablation.arms import (
     arm_config,
     start_config,
 )
+from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings, evaluation_rows
@@ -194,8 +197,21 @@ def ablation(params: AblationParams) -> AblationReport:
         runs=runs,
         failed=failed,
         wall_s=round(time.monotonic() - started, 1),
+        overrides=params.training_overrides(),
     )
     report = publish_ablation(summary, run_dir)
+    print(report.verdict)
+    return report
+
+
+@flow(name="ablation-report", log_prints=True)
+def ablation_report(summaries: list[Path], out: Path = Path("runs")) -> AblationReport:
+    """One report across ablations run apart (each `summaries` entry an ablation.json or its run
+    folder): merged, aggregated across their seeds and published as `ablation` does, in a new
+    folder under `out`. Raises `AblationError` (the run ends Failed) when they are not one
+    experiment or a summary cannot be read."""
+    merged = merge_summaries({str(path): read_summary(path) for path in summaries})
+    report = publish_ablation(merged, new_run_dir(out, "ablation-report"))
     print(report.verdict)
     return report
 

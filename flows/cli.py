@@ -213,6 +213,34 @@ def ablate(
     return 1 if report.failed else 0
 
 
+@app.command(name="ablate-report")
+def ablate_report(*summaries: Path, out: Path = Path("runs")) -> int:
+    """One report across ablations run apart, such as a seed per day or machine.
+
+    SUMMARIES: their ablation.json files or run folders. They must be one experiment: the same
+    preset, steps, checkpoint interval, evaluation rows and training settings but the seed (as
+    far as each recorded them), no arm and seed twice, and each start and seed the same SFT
+    checkpoint by its scores; otherwise the message names the file and what differs. Writes
+    ablation.md / .json / .png (mean and range across all their seeds) in a new folder under
+    OUT. Exit 0: written; 1: not one experiment, or a summary unreadable; 2: usage error.
+    """
+    from toolgrpo.ablation.arms import AblationError
+    from toolgrpo.flows.ablation import ablation_report
+
+    missing = [str(path) for path in summaries if not path.exists()]
+    if missing or not summaries:
+        problem = f"no such file: {', '.join(missing)}" if missing else "no summaries given"
+        say(f"ablate-report: {problem}", error=True)
+        return 2
+    try:
+        report = ablation_report(list(summaries), out=out)
+    except AblationError as error:
+        say(f"ablate-report: {error}", error=True)
+        return 1
+    say(f"\n{report.verdict}\n\nreport: {report.markdown_path}")
+    return 0
+
+
 @app.command
 def validate(
     *files: Path,
@@ -614,6 +642,7 @@ FLOW_COMMANDS = (
     apply_review,
     run,
     ablate,
+    ablate_report,
     build_base,
     serve,
     notify_on_failure,

@@ -26,8 +26,26 @@ def results_table(summary: AblationSummary) -> list[dict[str, str]]:
     ]
 
 
+def _settings_line(summary: AblationSummary) -> str:
+    """The training settings every stage shared, and what a merge could not check."""
+    if summary.overrides is None:
+        line = "Training settings: not recorded."
+    elif summary.overrides:
+        settings = ", ".join(code_span(f"{k}={v}") for k, v in sorted(summary.overrides.items()))
+        line = f"Training settings of every stage: {settings}."
+    else:
+        line = "Training settings: the preset's."
+    if summary.merged_from:
+        sources = ", ".join(map(code_span, summary.merged_from))
+        line += f" Merged from {len(summary.merged_from)} ablations (wall time summed): {sources}."
+    if summary.unchecked:
+        unchecked = ", ".join(map(code_span, summary.unchecked))
+        line += f" Not recorded, so not compared with the others: the settings of {unchecked}."
+    return line
+
+
 def ablation_markdown(summary: AblationSummary, verdict: str, plot: Path) -> str:
-    """ablation.md: the verdict, the table and the plot."""
+    """ablation.md: the verdict, the table and the learning curves."""
     seeds = ", ".join(str(s) for s in summary.seeds)
     failed = "\n".join(f"- {markdown_text(line)}" for line in summary.failed)
     return "\n\n".join(
@@ -37,11 +55,12 @@ def ablation_markdown(summary: AblationSummary, verdict: str, plot: Path) -> str
             f"Seeds {seeds}; {summary.steps} GRPO steps, evaluated every {summary.eval_every} "
             f"steps on {summary.eval_rows} held-out rows; wall time {summary.wall_s:.0f}s. "
             "Values are the mean across seeds with the min–max range in brackets.",
+            _settings_line(summary),
             "## Verdict",
             verdict,
             "## At the last step",
             markdown_table(results_table(summary)),
-            f"![multi-step accuracy per step]({plot.name})",
+            f"![held-out accuracy per GRPO step]({plot.name})",
             f"## Runs that did not finish\n\n{failed}" if failed else "",
         ]
         if part

@@ -102,31 +102,55 @@ def _save(fig: Figure, path: Path) -> Path:
     return replace_file(path, lambda temporary: fig.savefig(temporary, format="png", dpi=110))
 
 
-def plot_multi_step(summary: AblationSummary, path: Path) -> Path:
-    """Multi-step accuracy against GRPO step, one panel per start: mean line, min–max band."""
+# The learning curves' rows: Scores field → axis label.
+CURVES = {
+    "multi": "multi-step",
+    "single": "single-step",
+    "condition_fails": "condition fails (refuse)",
+    "condition_holds": "condition holds (act)",
+}
+
+
+def learning_curves(summary: AblationSummary) -> Figure:
+    """Held-out accuracy against GRPO step: a row per slice (`CURVES`), a column per start; per
+    arm the mean across seeds as a line, the min–max range as a band."""
     starts = summary.starts
-    fig = Figure(figsize=(6 * len(starts), 4))
-    axes = fig.subplots(1, len(starts), sharey=True, squeeze=False)
+    fig = Figure(figsize=(5 * len(starts), 2.6 * len(CURVES)))
+    axes = fig.subplots(len(CURVES), len(starts), sharex=True, sharey=True, squeeze=False)
     colours = dict(zip(ARMS, colormaps["tab10"].colors, strict=False))
-    for ax, start in zip(axes[0], starts, strict=True):
-        for arm in (a for a in summary.arms if a.start == start and a.arm != "sft"):
-            points = [p for p in arm.curve if p.metrics["multi"] is not None]
-            steps = [p.step for p in points]
-            spreads = [p.metrics["multi"] for p in points]
-            colour = colours[arm.arm]
-            means = [100 * s.mean for s in spreads]
-            ax.plot(steps, means, marker="o", color=colour, label=arm.label)
-            ax.fill_between(
-                steps,
-                [100 * s.low for s in spreads],
-                [100 * s.high for s in spreads],
-                color=colour,
-                alpha=0.15,
-            )
-        ax.set(xlabel="GRPO step (0 = SFT)", title=START_LABELS[start])
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("multi-step accuracy (%)")
-    return _save(fig, path)
+    for column, start in enumerate(starts):
+        axes[0][column].set_title(START_LABELS[start], fontsize=10)
+        axes[-1][column].set_xlabel("GRPO step (0 = SFT)")
+        for ax, metric in zip(axes[:, column], CURVES, strict=True):
+            for arm in (a for a in summary.arms if a.start == start and a.arm != "sft"):
+                points = [p for p in arm.curve if p.metrics[metric] is not None]
+                if not points:
+                    continue
+                steps = [p.step for p in points]
+                spreads = [p.metrics[metric] for p in points]
+                colour = colours[arm.arm]
+                means = [100 * s.mean for s in spreads]
+                ax.plot(steps, means, marker="o", markersize=3, color=colour, label=arm.label)
+                ax.fill_between(
+                    steps,
+                    [100 * s.low for s in spreads],
+                    [100 * s.high for s in spreads],
+                    color=colour,
+                    alpha=0.15,
+                )
+            if not ax.get_lines():
+                ax.text(0.5, 0.5, "no such rows", ha="center", transform=ax.transAxes)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(-2, 102)
+            ax.grid(alpha=0.3)
+    for ax, title in zip(axes[:, 0], CURVES.values(), strict=True):
+        ax.set_ylabel(f"{title} (%)", fontsize=9)
+    for ax in axes[0]:
+        if ax.get_lines():
+            ax.legend(fontsize=7)
+    return fig
+
+
+def plot_learning_curves(summary: AblationSummary, path: Path) -> Path:
+    """`learning_curves` as a PNG at `path`."""
+    return _save(learning_curves(summary), path)

@@ -29,7 +29,7 @@ from toolgrpo.ablation.verdict import write_verdict
 from toolgrpo.evaluation.predict import EvalSettings
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
 from toolgrpo.reporting.files import write_text_file
-from toolgrpo.reporting.plots import plot_multi_step, png_data_uri
+from toolgrpo.reporting.plots import plot_learning_curves, png_data_uri
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
@@ -120,7 +120,7 @@ class AblationReport(BaseModel):
 def publish_ablation(summary: AblationSummary, run_dir: Path) -> AblationReport:
     """Write ablation.md / .json / .png in `run_dir`; publish the verdict and table as artifacts."""
     verdict = write_verdict(summary)
-    plot = plot_multi_step(summary, run_dir / "ablation.png")
+    plot = plot_learning_curves(summary, run_dir / "ablation.png")
     markdown = ablation_markdown(summary, verdict, plot)
     markdown_path = write_text_file(run_dir / "ablation.md", markdown + "\n")
     json_path = write_text_file(run_dir / "ablation.json", summary.model_dump_json(indent=2))

@@ -16,13 +16,14 @@ from toolgrpo.ablation.arms import (
     checkpoint_models,
     start_config,
 )
+from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, Spread, aggregate_arms
 from toolgrpo.ablation.verdict import compare, eval_noise, write_verdict
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows import cli
 from toolgrpo.flows.ablation import parse_params, run_ablation
 from toolgrpo.reporting.ablation import ablation_markdown
-from toolgrpo.reporting.plots import plot_multi_step
+from toolgrpo.reporting.plots import CURVES, learning_curves, plot_learning_curves
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
@@ -65,7 +66,7 @@ def _run(
     )
 
 
-def _summary(runs: list[ArmRun]) -> AblationSummary:
+def _summary(runs: list[ArmRun], **fields) -> AblationSummary:
     return AblationSummary(
         preset="cpu",
         steps=10,
@@ -74,6 +75,7 @@ def _summary(runs: list[ArmRun]) -> AblationSummary:
         eval_rows=256,
         arms=aggregate_arms(runs),
         runs=runs,
+        **fields,
     )
 
 
@@ -350,13 +352,162 @@ def test_report_has_the_verdict_table_and_a_panel_per_start(tmp_path):
         for arm in ["none", "zero_std"]
         for seed in [0, 1]
     ]
-    summary = _summary(runs)
-    plot = plot_multi_step(summary, tmp_path / "ablation.png")
+    summary = _summary(runs, overrides={"grpo.beta": 0.04})
+    plot = plot_learning_curves(summary, tmp_path / "ablation.png")
     markdown = ablation_markdown(summary, write_verdict(summary), plot)
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert "| single_only | NGRPO (zero-std) | 10 | 2 | 30.0% (30.0–30.0)" in markdown
     assert "| default | SFT (step 0) | 0 | 2 | 10.0% (10.0–10.0)" in markdown
-    assert "![multi-step accuracy per step](ablation.png)" in markdown
+    assert "Training settings of every stage: `grpo.beta=0.04`." in markdown
+    assert "![held-out accuracy per GRPO step](ablation.png)" in markdown
+
+
+def test_learning_curves_show_each_slice_per_start_as_the_mean_across_seeds():
+    runs = [
+        _run(arm, seed, [0.1, 0.2 + seed / 10, 0.3], start=start)
+        for start in ["single_only", "partial"]
+        for arm in ["none", "all"]
+        for seed in [0, 1]
+    ]
+    figure = learning_curves(_summary(runs))
+    axes = figure.get_axes()
+    assert len(axes) == len(CURVES) * 2  # a row per slice, a column per start
+    assert [ax.get_title() for ax in axes[:2]] == [
+        "single-step-only SFT start",
+        "partial SFT start (single-step + 10% of multi-step scenarios)",
+    ]
+    assert [axes[2 * row].get_ylabel() for row in range(len(CURVES))] == [
+        f"{title} (%)" for title in CURVES.values()
+    ]
+    multi, single = axes[0], axes[2]  # first column: single_only
+    assert [line.get_label() for line in multi.get_lines()] == ["GRPO", "NGRPO (all)"]
+    assert list(multi.get_lines()[0].get_ydata()) == pytest.approx([10, 25, 30])
+    assert list(single.get_lines()[0].get_ydata()) == pytest.approx([90, 90, 90])
+    assert not axes[4].get_lines()  # no condition rows among these: no line drawn, and it says so
+    assert [text.get_text() for text in axes[4].texts] == ["no such rows"]
+
+
+# --- merging ablations run apart -----------------------------------------------------------
+
+
+def _seed_runs(seed: int, multi: list[float]) -> list[ArmRun]:
+    return [_run("none", seed, multi), _run("all", seed, [multi[0], *(m + 0.1 for m in multi[1:])])]
+
+
+def test_seeds_run_apart_merge_into_the_ablation_that_ran_them_together():
+    first, second = _seed_runs(0, [0.1, 0.2, 0.3]), _seed_runs(1, [0.2, 0.4, 0.5])
+    merged = merge_summaries(
+        {
+            "seed0/ablation.json": _summary(first, overrides={"seed": 0, "grpo.beta": 0.04}),
+            "seed1/ablation.json": _summary(second, overrides={"seed": 1, "grpo.beta": 0.04}),
+        }
+    )
+    together = _summary(first + second)
+    assert merged.arms == together.arms
+    assert (merged.seeds, merged.runs) == ([0, 1], together.runs)
+    assert merged.overrides == {"grpo.beta": 0.04}  # the seed is what differs
+    assert merged.merged_from == ["seed0/ablation.json", "seed1/ablation.json"]
+    assert merged.unchecked == []
+    assert write_verdict(merged) == write_verdict(together)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("steps", 20, "b: steps is 20 where a has 10: not one experiment"),
+        ("eval_every", 2, "b: eval_every is 2 where a has 5"),
+        ("eval_rows", 100, "b: eval_rows is 100 where a has 256"),
+        ("preset", "smoke", "b: preset is smoke where a has cpu"),
+    ],
+)
+def test_ablations_of_other_shapes_are_not_merged(field, value, message):
+    other = _summary(_seed_runs(1, [0.1, 0.2, 0.3])).model_copy(update={field: value})
+    with pytest.raises(AblationError, match=message):
+        merge_summaries({"a": _summary(_seed_runs(0, [0.1, 0.2, 0.3])), "b": other})
+
+
+def test_ablations_trained_with_other_settings_are_not_merged():
+    summaries = {
+        "a": _summary(_seed_runs(0, [0.1, 0.2, 0.3]), overrides={"seed": 0, "grpo.beta": 0.04}),
+        "b": _summary(_seed_runs(1, [0.1, 0.2, 0.3]), overrides={"seed": 1}),
+    }
+    with pytest.raises(
+        AblationError, match=r"b: trained with grpo\.beta unset where a has grpo\.beta=0\.04"
+    ):
+        merge_summaries(summaries)
+
+
+def test_a_summary_without_recorded_settings_merges_and_is_named_unchecked(tmp_path):
+    summaries = {
+        "a": _summary(_seed_runs(0, [0.1, 0.2, 0.3]), overrides={"grpo.beta": 0.04}),
+        "b": _summary(_seed_runs(1, [0.1, 0.2, 0.3])),  # written before summaries kept them
+    }
+    merged = merge_summaries(summaries)
+    assert (merged.overrides, merged.unchecked) == ({"grpo.beta": 0.04}, ["b"])
+    markdown = ablation_markdown(merged, "", tmp_path / "ablation.png")
+    assert "Merged from 2 ablations (wall time summed): `a`, `b`." in markdown
+    assert "Not recorded, so not compared with the others: the settings of `b`." in markdown
+
+
+def test_an_arm_and_seed_in_two_summaries_is_not_merged():
+    runs = _seed_runs(0, [0.1, 0.2, 0.3])
+    with pytest.raises(
+        AblationError, match="b: the none arm from the single_only start, seed 0, is also in a"
+    ):
+        merge_summaries({"a": _summary(runs), "b": _summary(runs[:1])})
+
+
+def test_one_seed_s_start_trained_twice_to_other_scores_is_not_merged():
+    """Arms of one seed run apart must start from the same SFT checkpoint: its scores tell."""
+    grpo = _run("none", 0, [0.1, 0.2, 0.3])
+    other_start = _run("all", 0, [0.15, 0.2, 0.3])
+    with pytest.raises(
+        AblationError,
+        match=r"b: the all arm .* seed 0, starts from SFT scores \(multi-step 0\.15.*"
+        r"other than a's \(0\.1",
+    ):
+        merge_summaries({"a": _summary([grpo]), "b": _summary([other_start])})
+    merged = merge_summaries({"a": _summary([grpo]), "b": _summary([_run("all", 0, [0.1, 0.3])])})
+    assert {run.arm for run in merged.runs} == {"none", "all"}
+
+
+def test_an_unreadable_summary_is_named_with_what_is_wrong(tmp_path):
+    (tmp_path / "ablation.json").write_text('{"preset": "cpu"}')
+    with pytest.raises(
+        AblationError, match=r"ablation.json: not an ablation summary \(steps: Field required"
+    ):
+        read_summary(tmp_path)
+    with pytest.raises(AblationError, match=r"nowhere\.json: cannot be read"):
+        read_summary(tmp_path / "nowhere.json")
+    (tmp_path / "ablation.json").write_text("not json")
+    with pytest.raises(AblationError, match="not an ablation summary"):
+        read_summary(tmp_path / "ablation.json")
+
+
+def test_ablate_report_merges_run_folders_and_refuses_what_is_not_one_experiment(
+    prefect_harness, tmp_path, capsys
+):
+    folders = []
+    for seed, multi in [(0, [0.1, 0.2, 0.3]), (1, [0.2, 0.4, 0.5])]:
+        folder = tmp_path / f"seed-{seed}"
+        folder.mkdir()
+        summary = _summary(_seed_runs(seed, multi), overrides={"seed": seed})
+        (folder / "ablation.json").write_text(summary.model_dump_json())
+        folders.append(folder)
+
+    assert cli.ablate_report(*folders, out=tmp_path / "runs") == 0
+    (report_dir,) = (tmp_path / "runs").iterdir()
+    merged = read_summary(report_dir)
+    assert merged.seeds == [0, 1] and len(merged.runs) == 4
+    assert {p.name for p in report_dir.iterdir()} >= {"ablation.md", "ablation.png"}
+    assert "From the single-step-only SFT start (2 seeds)" in capsys.readouterr().out
+
+    # the merged report merges again, and refuses the seeds it already holds
+    assert cli.ablate_report(report_dir, folders[0], out=tmp_path / "runs") == 1
+    assert "the none arm from the single_only start, seed 0, is also in" in capsys.readouterr().err
+    assert cli.ablate_report(tmp_path / "missing.json", out=tmp_path / "runs") == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cli.ablate_report(out=tmp_path / "runs") == 2
 
 
 # --- the flow ------------------------------------------------------------------------------
