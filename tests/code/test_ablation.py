@@ -534,6 +534,7 @@ def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, 
     assert {p.name for p in run_dir.iterdir()} >= {"ablation.md", "ablation.json", "ablation.png"}
     summary = AblationSummary.model_validate_json(report.json_path.read_text())
     assert summary.eval_rows == 16  # 8 rows of each held-out file
+    assert summary.overrides == {"sft.num_train_epochs": 1, "runtime.eval_max_rows": 8}
     # the stages trained on the rows the data gate passed, as the main job does
     trained = TrainConfig.model_validate_json(
         (run_dir / "single_only" / "seed-0" / CONFIG_FILENAME).read_text()
