@@ -47,6 +47,8 @@ ARM_LABELS = {
     "zero_std_tool": "NGRPO (zero-std on the tool score)",
     "all": "NGRPO (all)",
 }
+# What a finished start and arm leave in their folders, for a resumed ablation to read back.
+START_RECORD = "start.json"
 ARM_RECORD = "arm.json"
 # What the table reports per arm, in order: Scores field → column title.
 METRICS = {

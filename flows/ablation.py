@@ -39,10 +39,12 @@ from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings, evaluation_rows
+from toolgrpo.reporting.files import write_text_file
 from toolgrpo.schemas.catalogue import CatalogueError
 from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.tasks.ablation import AblationReport, publish_ablation, train_arm, train_start
 from toolgrpo.tasks.runs import new_run_dir
+from toolgrpo.tasks.train import fingerprint
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import ConfigError, load_preset
 
@@ -75,10 +77,38 @@ class AblationParams(BaseModel):
     )
     # A busy 2-core machine ran the cpu preset's SFT ~10x slower than a quiet one.
     stage_timeout_s: float = Field(7200.0, gt=0)
+    resume: Path | None = Field(
+        None,
+        description="an earlier ablation's run folder to finish, started with the same settings: "
+        "its finished starts and arms are read back, the others resume from their checkpoints",
+    )
 
     def training_overrides(self) -> dict[str, Any]:
         """`overrides` of every stage, with the catalogue when one is given."""
         return self.overrides | ({"data.catalogue": self.catalogue} if self.catalogue else {})
+
+
+# In an ablation's run folder: the params it was started with, which `resume` must repeat.
+PARAMS_FILE = "ablation_params.json"
+# The params that may differ on resume: where and how widely it runs, not what it trains.
+RESUMABLE_CHANGES = frozenset({"workers", "dask", "out", "resume", "stage_timeout_s"})
+
+
+def _resume_problem(params: AblationParams) -> str | None:
+    """Why `params.resume` cannot be finished with `params`, or None."""
+    folder = params.resume
+    if folder is None:
+        return None
+    try:
+        started = AblationParams.model_validate_json((folder / PARAMS_FILE).read_bytes())
+    except OSError:
+        return f"resume: {folder} is not an ablation's run folder (no {PARAMS_FILE})"
+    except ValidationError as error:
+        return f"resume: {folder / PARAMS_FILE}: {validation_problems(error)}"
+    ours, theirs = (p.model_dump(mode="json", exclude=RESUMABLE_CHANGES) for p in (params, started))
+    differing = [name for name in ours if ours[name] != theirs[name]]
+    said = ", ".join(f"{name} {ours[name]!r} (started with {theirs[name]!r})" for name in differing)
+    return f"resume: {folder} was started with other settings: {said}" if differing else None
 
 
 def parse_params(**values: Any) -> AblationParams:
@@ -100,6 +130,8 @@ def parse_params(**values: Any) -> AblationParams:
         raise AblationError(f"eval files not found: {', '.join(missing)}")
     if params.dask is not None and importlib.util.find_spec("prefect_dask") is None:
         raise AblationError("dask: prefect-dask is not installed: pip install 'toolgrpo[dask]'")
+    if problem := _resume_problem(params):
+        raise AblationError(problem)
     return params
 
 
@@ -123,7 +155,9 @@ def ablation(params: AblationParams) -> AblationReport:
     seeds = [base.seed + i for i in range(params.seeds)]
     settings = EvalSettings(max_new_tokens=base.grpo.max_completion_length, torch_threads=threads)
     timeout_s = params.stage_timeout_s
-    run_dir = new_run_dir(params.out, "ablation")
+    run_dir = params.resume or new_run_dir(params.out, "ablation")
+    if params.resume is None:
+        write_text_file(run_dir / PARAMS_FILE, params.model_dump_json(indent=2))
     logger.info(
         "ablation in %s: %d steps, eval every %d, seeds %s", run_dir, steps, eval_every, seeds
     )
@@ -152,24 +186,38 @@ def ablation(params: AblationParams) -> AblationReport:
         for seed in seeds
         for start in params.starts
     }
+    # Each start and arm keyed by its training and eval rows, config and code: a resumed
+    # ablation reads back or resumes only what those same inputs trained and scored.
+    rows = [*gated.values(), *params.eval_files]
     starts = {
         (start, seed): train_start.submit(
-            start, config, run_dir / start / f"seed-{seed}", samples, settings, timeout_s
+            start,
+            config,
+            run_dir / start / f"seed-{seed}",
+            samples,
+            settings,
+            timeout_s,
+            resume_key=fingerprint(rows, config),
         )
         for (start, seed), config in configs.items()
+    }
+    arm_configs = {
+        (start, seed, arm): arm_config(config, arm, steps, eval_every)
+        for (start, seed), config in configs.items()
+        for arm in params.arms
     }
     arms = {
         (start, seed, arm): train_arm.submit(
             starts[start, seed],
             arm,
-            arm_config(config, arm, steps, eval_every),
+            config,
             run_dir / start / f"seed-{seed}" / arm,
             samples,
             settings,
             timeout_s,
+            resume_key=fingerprint(rows, config),
         )
-        for (start, seed), config in configs.items()
-        for arm in params.arms
+        for (start, seed, arm), config in arm_configs.items()
     }
     wait([*starts.values(), *arms.values()])
 

@@ -167,6 +167,7 @@ def ablate(
     out: Path = Path("runs"),
     set_: Annotated[list[str] | None, Parameter(name="--set", negative="")] = None,
     catalogue: Path | None = None,
+    resume: Path | None = None,
 ) -> int:
     """SFT vs GRPO vs NGRPO (zero-std) vs NGRPO (all), from each start, over SEEDS seeds.
 
@@ -175,8 +176,11 @@ def ablate(
     DASK runs the arms on a Dask cluster instead of WORKERS threads here: `local` (WORKERS
     processes) or a scheduler address such as tcp://host:8786 (needs `toolgrpo[dask]`).
     CATALOGUE: the tool catalogue (JSON) to train and evaluate with (default: data/tools.json).
-    The training and eval rows pass the main job's data gate first. Writes ablation.md / .json /
-    .png in a new folder under OUT. Exit 0: done; 1: the data gate failed or an arm did not
+    RESUME: an ablation's run folder to finish, with the command that started it (WORKERS and
+    DASK may differ): starts and arms it finished are read back, the others resume from their
+    last checkpoint; refused when the settings, rows or training code differ. The training and
+    eval rows pass the main job's data gate first. Writes ablation.md / .json / .png in a new
+    folder under OUT (or in RESUME). Exit 0: done; 1: the data gate failed or an arm did not
     finish; 2: usage error.
     """
     from toolgrpo.flows.ablation import parse_params, run_ablation
@@ -198,6 +202,7 @@ def ablate(
             out=out,
             overrides=config_overrides(set_ or []),
             catalogue=catalogue,
+            resume=resume,
         )
     except ValueError as error:  # AblationError included
         say(f"ablate: {error}", error=True)

@@ -7,7 +7,6 @@ retraining.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -19,7 +18,6 @@ from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from toolgrpo import training
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, PredictionMode, evaluation_rows
 from toolgrpo.flows.retrain_parameters import RetrainOverrides
@@ -33,7 +31,7 @@ from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
 from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
-from toolgrpo.tasks.train import StageResult, train_stage
+from toolgrpo.tasks.train import StageResult, fingerprint, train_stage
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training import Preset
 from toolgrpo.training.config import TrainConfig, load_preset
@@ -45,24 +43,6 @@ SHIPPED_EVAL_FILES = [
     DATA_DIR / "eval" / "multistep.jsonl",
     DATA_DIR / "eval" / "unseen_phrasing.jsonl",
 ]
-
-
-def training_code() -> list[Path]:
-    """The sources of what runs inside the training process (its presets included)."""
-    package = Path(training.__file__).parent
-    return sorted(path for path in package.rglob("*") if path.suffix in {".py", ".yaml"})
-
-
-def fingerprint(paths: list[Path], config: TrainConfig, code: list[Path] | None = None) -> str:
-    """A hash of the training rows' bytes, the tool catalogue's (`config.data.catalogue`), the
-    config fields that change the trained weights (`TrainConfig.weights_key`), and the training
-    code (`training_code()` by default): a changed trainer or catalogue retrains, as new data
-    does."""
-    digest = hashlib.sha256()
-    for path in [*paths, config.data.catalogue, *(training_code() if code is None else code)]:
-        digest.update(path.read_bytes())
-    digest.update(config.weights_key().encode())
-    return digest.hexdigest()
 
 
 def keep_catalogue(catalogue: Path | None, run_dir: Path) -> Path:

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from toolgrpo.ablation.arms import (
     ARM_RECORD,
+    START_RECORD,
     Arm,
     ArmRun,
     Scores,
@@ -33,7 +34,7 @@ from toolgrpo.reporting.plots import plot_learning_curves, png_data_uri
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
-from toolgrpo.tasks.train import train_stage
+from toolgrpo.tasks.train import RESUME_KEY_FILE, Stage, train_stage
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import read_metrics
 
@@ -56,6 +57,18 @@ def evaluate_steps(
     return scores
 
 
+def _finished_earlier(run_dir: Path, record: str, stage: Stage, resume_key: str) -> str | None:
+    """The record a finished start or arm left in `run_dir` (a resumed ablation), when its stage
+    trained on the same inputs (`resume_key`); None otherwise."""
+    key_file = run_dir / stage / RESUME_KEY_FILE
+    if not (run_dir / record).is_file() or not key_file.is_file():
+        return None
+    if key_file.read_text(encoding="utf-8") != resume_key:
+        return None  # training it again is refused, naming the folder (`train_stage`)
+    get_run_logger().info("%s: finished by an earlier attempt, read back", run_dir)
+    return (run_dir / record).read_text(encoding="utf-8")
+
+
 @task(name="train-start", cache_policy=NO_CACHE)
 def train_start(
     start: Start,
@@ -64,13 +77,19 @@ def train_start(
     samples: pl.DataFrame,
     settings: EvalSettings,
     timeout_s: float,
+    resume_key: str,
 ) -> StartRun:
-    """Train the SFT checkpoint of one start and seed in `run_dir` and evaluate it."""
-    sft = train_stage("sft", run_dir, config, timeout_s=timeout_s)
+    """Train the SFT checkpoint of one start and seed in `run_dir` and evaluate it; read back
+    one an earlier attempt finished with the same inputs (`resume_key`)."""
+    if finished := _finished_earlier(run_dir, START_RECORD, "sft", resume_key):
+        return StartRun.model_validate_json(finished)
+    sft = train_stage("sft", run_dir, config, timeout_s=timeout_s, resume_key=resume_key)
     catalogue = config.data.tool_catalogue()
     (scores,) = evaluate_steps({0: sft.model_dir}, samples, run_dir / "eval", settings, catalogue)
     get_run_logger().info("%s seed %d: SFT multi-step %s", start, config.seed, scores.multi)
-    return StartRun(start=start, seed=config.seed, model_dir=sft.model_dir, scores=scores)
+    record = StartRun(start=start, seed=config.seed, model_dir=sft.model_dir, scores=scores)
+    write_text_file(run_dir / START_RECORD, record.model_dump_json(indent=2))
+    return record
 
 
 @task(name="train-arm", cache_policy=NO_CACHE)
@@ -82,9 +101,20 @@ def train_arm(
     samples: pl.DataFrame,
     settings: EvalSettings,
     timeout_s: float,
+    resume_key: str,
 ) -> ArmRun:
-    """Train one GRPO arm from `start` in `run_dir` and evaluate every checkpoint it saved."""
-    grpo = train_stage("grpo", run_dir, config, timeout_s=timeout_s, init_dir=start.model_dir)
+    """Train one GRPO arm from `start` in `run_dir` and evaluate every checkpoint it saved;
+    read back one an earlier attempt finished with the same inputs (`resume_key`)."""
+    if finished := _finished_earlier(run_dir, ARM_RECORD, "grpo", resume_key):
+        return ArmRun.model_validate_json(finished)
+    grpo = train_stage(
+        "grpo",
+        run_dir,
+        config,
+        timeout_s=timeout_s,
+        init_dir=start.model_dir,
+        resume_key=resume_key,
+    )
     stage_dir = grpo.model_dir.parent
     curve = evaluate_steps(
         checkpoint_models(stage_dir, config.grpo.max_steps),
@@ -101,7 +131,7 @@ def train_arm(
         groups=ZeroStdGroups.from_metrics(read_metrics(grpo.metrics_path)),
         wall_s=grpo.wall_s,
     )
-    # The arm's record on its own, so finished arms of an interrupted ablation can be read back.
+    # The arm's record on its own: a resumed ablation reads a finished arm back.
     write_text_file(run_dir / ARM_RECORD, record.model_dump_json(indent=2))
     return record
 

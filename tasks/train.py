@@ -16,6 +16,7 @@ earlier run left in a sibling run folder.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import queue
@@ -36,6 +37,7 @@ from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
+from toolgrpo import training
 from toolgrpo.reporting.files import write_text_file
 from toolgrpo.tasks.progress import update_progress
 from toolgrpo.training.config import (
@@ -64,6 +66,24 @@ CARRIED_OVER = ("init", METRICS_FILENAME)
 # zero-std line. train_metrics.jsonl keeps them and the progress lines sum them up, so the run
 # log gets them at debug level only.
 PER_STEP_RECORD = re.compile(r"^\{'|^toolgrpo\.training\.ngrpo: Zero std: ")
+
+
+def training_code() -> list[Path]:
+    """The sources of what runs inside the training process (its presets included)."""
+    package = Path(training.__file__).parent
+    return sorted(path for path in package.rglob("*") if path.suffix in {".py", ".yaml"})
+
+
+def fingerprint(paths: list[Path], config: TrainConfig, code: list[Path] | None = None) -> str:
+    """A hash of the training rows' bytes, the tool catalogue's (`config.data.catalogue`), the
+    config fields that change the trained weights (`TrainConfig.weights_key`), and the training
+    code (`training_code()` by default): a changed trainer or catalogue retrains, as new data
+    does."""
+    digest = hashlib.sha256()
+    for path in [*paths, config.data.catalogue, *(training_code() if code is None else code)]:
+        digest.update(path.read_bytes())
+    digest.update(config.weights_key().encode())
+    return digest.hexdigest()
 
 
 class StageFailed(RuntimeError):
@@ -163,11 +183,17 @@ def _continue_unfinished_run(stage: Stage, run_dir: Path, resume_key: str) -> No
     """Record `resume_key` in the stage folder; first, when the stage has no checkpoint of its
     own, copy in the last one of an unfinished run with that key (`_unfinished_attempt`) and what
     resuming from it needs (`CARRIED_OVER`). Copies, not links: the child rewrites its metrics
-    file in place, and the earlier run's folder must stay as it was."""
+    file in place, and the earlier run's folder must stay as it was. Checkpoints of its own saved
+    under another key raise `ConfigError`: resuming them would mix two trainings."""
     stage_dir = run_dir / stage
-    earlier = (
-        None if last_checkpoint(stage_dir) else _unfinished_attempt(stage, run_dir, resume_key)
-    )
+    key_file = stage_dir / RESUME_KEY_FILE
+    own = last_checkpoint(stage_dir)
+    if own and key_file.is_file() and key_file.read_text(encoding="utf-8") != resume_key:
+        raise ConfigError(
+            f"{stage_dir} holds checkpoints of other inputs (the rows, config or training code "
+            "changed since they were saved): resume it with those, or train in a new run folder"
+        )
+    earlier = None if own else _unfinished_attempt(stage, run_dir, resume_key)
     if earlier is not None:
         get_run_logger().info("%s: resuming from %s, left by an unfinished run", stage, earlier)
         for name in (earlier.name, *CARRIED_OVER):
@@ -176,7 +202,7 @@ def _continue_unfinished_run(stage: Stage, run_dir: Path, resume_key: str) -> No
                 shutil.copytree(source, stage_dir / name, dirs_exist_ok=True)
             elif source.is_file():
                 shutil.copy2(source, stage_dir / name)
-    write_text_file(stage_dir / RESUME_KEY_FILE, resume_key)
+    write_text_file(key_file, resume_key)
 
 
 def _resume_hint(stage_dir: Path, resume_key: str | None) -> str:
@@ -233,9 +259,10 @@ def train_stage(
     run_dir = Path(run_dir).resolve()
     stage_dir = run_dir / stage
     metrics_path = stage_dir / METRICS_FILENAME
-    config.write(run_dir / CONFIG_FILENAME)
-    if resume_key is not None:
+    if resume_key is not None:  # first: a refused folder is left as it was
+        run_dir.mkdir(parents=True, exist_ok=True)
         _continue_unfinished_run(stage, run_dir, resume_key)
+    config.write(run_dir / CONFIG_FILENAME)
     resumed_from_step = max(saved_checkpoints(stage_dir), default=0)
     command = stage_command(stage, run_dir, config.for_stage(stage), init_dir)
     logger.info("starting %s: %s", stage, " ".join(command))

@@ -3,6 +3,7 @@ smoke-preset flow run end to end."""
 
 import importlib.util
 import json
+import shutil
 from functools import reduce
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from toolgrpo.ablation.summary import AblationSummary, Spread, aggregate_arms
 from toolgrpo.ablation.verdict import compare, eval_noise, write_verdict
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows import cli
-from toolgrpo.flows.ablation import parse_params, run_ablation
+from toolgrpo.flows.ablation import PARAMS_FILE, parse_params, run_ablation
 from toolgrpo.reporting.ablation import ablation_markdown
 from toolgrpo.reporting.plots import CURVES, learning_curves, plot_learning_curves
 from toolgrpo.schemas.run import ZeroStdGroups
@@ -31,6 +32,7 @@ from toolgrpo.training.config import (
     load_preset,
     overridable_fields,
 )
+from toolgrpo.training.metrics import METRICS_FILENAME
 from toolgrpo.validation.gate import DataGateFailed
 
 
@@ -167,7 +169,8 @@ def test_a_bad_training_row_stops_the_ablation_before_anything_trains(prefect_ha
     problems = {(Path(p.file).name, p.line, p.check) for p in failed.value.report.failures}
     assert ("bad.jsonl", 2, "tool_in_catalogue") in problems
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert {p.name for p in run_dir.iterdir()} == {"data_quality"}  # no start, no arm
+    # no start, no arm: the gate's report and what a fixed rerun can resume with
+    assert {p.name for p in run_dir.iterdir()} == {"data_quality", PARAMS_FILE}
     assert "bad.jsonl:2" in (run_dir / "data_quality" / "report.md").read_text(encoding="utf-8")
 
 
@@ -583,6 +586,56 @@ def test_smoke_ablation_runs_its_arms_on_a_dask_cluster(prefect_harness, tmp_pat
     ]
     # One start and one arm, each computed to completion by a Dask worker.
     assert completed_on_dask == {"train_start": 1, "train_arm": 1}
+
+
+@pytest.mark.slow
+def test_a_resumed_ablation_reads_back_what_finished_and_resumes_the_rest(
+    prefect_harness, tmp_path
+):
+    params = parse_params(
+        preset="smoke",
+        seeds=1,
+        steps=2,
+        eval_every=1,
+        arms=["none", "zero_std"],
+        starts=["single_only"],
+        out=tmp_path,
+        overrides={"sft.num_train_epochs": 1, "runtime.eval_max_rows": 8},
+    )
+    run_dir = run_ablation(params).markdown_path.parent
+    seed_dir = run_dir / "single_only" / "seed-0"
+    finished = {path: path.read_bytes() for path in seed_dir.glob("**/*.json*")}
+    # The zero_std arm as a stopped process leaves it: its first checkpoint, nothing after.
+    stopped = seed_dir / "zero_std"
+    for left in ["arm.json", "eval", "grpo/model", "grpo/checkpoint-2"]:
+        shutil.rmtree(stopped / left) if (stopped / left).is_dir() else (stopped / left).unlink()
+    metrics = (stopped / "grpo" / METRICS_FILENAME).read_text().splitlines()
+
+    report = run_ablation(params.model_copy(update={"resume": run_dir, "workers": 1}))
+
+    assert report.failed == [] and report.markdown_path.parent == run_dir
+    # the start and the finished arm were read back, not trained or evaluated again
+    for path, content in finished.items():
+        if stopped not in path.parents:
+            assert path.read_bytes() == content, path
+    # the stopped arm went on from its checkpoint: the first step's metrics line kept as it was
+    resumed = (stopped / "grpo" / METRICS_FILENAME).read_text().splitlines()
+    assert resumed[0] == metrics[0] and json.loads(resumed[-1])["step"] == 2
+    summary = AblationSummary.model_validate_json(report.json_path.read_text())
+    assert [[s.step for s in run.curve] for run in summary.runs] == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_resuming_needs_an_ablation_folder_started_with_the_same_settings(tmp_path):
+    with pytest.raises(AblationError, match="is not an ablation's run folder"):
+        parse_params(preset="smoke", resume=tmp_path)
+    started = parse_params(preset="smoke", steps=320, seeds=1, workers=2)
+    (tmp_path / PARAMS_FILE).write_text(started.model_dump_json())
+
+    parse_params(preset="smoke", steps=320, seeds=1, workers=1, resume=tmp_path)  # may differ
+    with pytest.raises(AblationError, match=r"other settings: steps 40 \(started with 320\)"):
+        parse_params(preset="smoke", steps=40, seeds=1, resume=tmp_path)
+    with pytest.raises(AblationError, match=r"overrides \{'seed': 1\} \(started with \{\}\)"):
+        parse_params(preset="smoke", steps=320, seeds=1, overrides={"seed": 1}, resume=tmp_path)
 
 
 def test_dask_without_prefect_dask_is_refused_before_training(monkeypatch):

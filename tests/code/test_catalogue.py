@@ -9,13 +9,14 @@ import pytest
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import EvalSettings, predict
 from toolgrpo.flows import cli
-from toolgrpo.flows.retrain import CATALOGUE_FILE, fingerprint, keep_catalogue, retrain
+from toolgrpo.flows.retrain import CATALOGUE_FILE, keep_catalogue, retrain
 from toolgrpo.schemas.catalogue import (
     DEFAULT_CATALOGUE,
     CatalogueError,
     default_catalogue,
     load_catalogue,
 )
+from toolgrpo.tasks.train import fingerprint
 from toolgrpo.training.chat import system_prompt
 from toolgrpo.training.config import load_preset
 from toolgrpo.training.model import build_tiny
