@@ -516,9 +516,9 @@ def test_ablate_report_merges_run_folders_and_refuses_what_is_not_one_experiment
 # --- the flow ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, tmp_path):
-    params = parse_params(
+def _smoke_params(out: Path):
+    """Two arms of one start and seed, two GRPO steps each with a checkpoint after the first."""
+    return parse_params(
         preset="smoke",
         seeds=1,
         steps=2,
@@ -526,11 +526,15 @@ def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, 
         arms=["none", "zero_std"],
         starts=["single_only"],
         workers=2,
-        out=tmp_path,
+        out=out,
         # the flow is under test, not SFT
         overrides={"sft.num_train_epochs": 1, "runtime.eval_max_rows": 8},
     )
-    report = run_ablation(params)
+
+
+@pytest.mark.slow
+def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, tmp_path):
+    report = run_ablation(_smoke_params(tmp_path))
 
     assert report.failed == []
     run_dir = report.markdown_path.parent
@@ -592,16 +596,7 @@ def test_smoke_ablation_runs_its_arms_on_a_dask_cluster(prefect_harness, tmp_pat
 def test_a_resumed_ablation_reads_back_what_finished_and_resumes_the_rest(
     prefect_harness, tmp_path
 ):
-    params = parse_params(
-        preset="smoke",
-        seeds=1,
-        steps=2,
-        eval_every=1,
-        arms=["none", "zero_std"],
-        starts=["single_only"],
-        out=tmp_path,
-        overrides={"sft.num_train_epochs": 1, "runtime.eval_max_rows": 8},
-    )
+    params = _smoke_params(tmp_path)
     run_dir = run_ablation(params).markdown_path.parent
     seed_dir = run_dir / "single_only" / "seed-0"
     finished = {path: path.read_bytes() for path in seed_dir.glob("**/*.json*")}
