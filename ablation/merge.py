@@ -20,6 +20,11 @@ SHARED_FIELDS = ("preset", "steps", "eval_every", "eval_rows", "multi_rows")
 def read_summary(path: Path) -> AblationSummary:
     """The summary at `path`: an ablation.json, or the run folder that holds one."""
     file = path / SUMMARY_FILE if path.is_dir() else path
+    if path.is_dir() and not file.exists():
+        raise AblationError(
+            f"{path}: no {SUMMARY_FILE} (an unfinished ablation? `toolgrpo ablate --resume "
+            f"{path}` with the command that started it finishes it)"
+        )
     try:
         return AblationSummary.model_validate_json(file.read_bytes())
     except OSError as error:

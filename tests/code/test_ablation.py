@@ -482,6 +482,10 @@ def test_an_unreadable_summary_is_named_with_what_is_wrong(tmp_path):
         read_summary(tmp_path)
     with pytest.raises(AblationError, match=r"nowhere\.json: cannot be read"):
         read_summary(tmp_path / "nowhere.json")
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    with pytest.raises(AblationError, match=r"stopped: no ablation\.json \(an unfinished"):
+        read_summary(stopped)
     (tmp_path / "ablation.json").write_text("not json")
     with pytest.raises(AblationError, match="not an ablation summary"):
         read_summary(tmp_path / "ablation.json")
