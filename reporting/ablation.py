@@ -37,10 +37,11 @@ def _settings_line(summary: AblationSummary) -> str:
         line = "Training settings: the preset's."
     if summary.merged_from:
         sources = ", ".join(map(code_span, summary.merged_from))
-        line += f" Merged from {len(summary.merged_from)} ablations (wall time summed): {sources}."
+        count = len(summary.merged_from)
+        line += f" Merged from {count} ablation{'s' * (count > 1)} (wall time summed): {sources}."
     if summary.unchecked:
         unchecked = ", ".join(map(code_span, summary.unchecked))
-        line += f" Not recorded, so not compared with the others: the settings of {unchecked}."
+        line += f" Settings not recorded, so not compared, in {unchecked}."
     return line
 
 

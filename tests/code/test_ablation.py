@@ -449,7 +449,7 @@ def test_a_summary_without_recorded_settings_merges_and_is_named_unchecked(tmp_p
     assert (merged.overrides, merged.unchecked) == ({"grpo.beta": 0.04}, ["b"])
     markdown = ablation_markdown(merged, "", tmp_path / "ablation.png")
     assert "Merged from 2 ablations (wall time summed): `a`, `b`." in markdown
-    assert "Not recorded, so not compared with the others: the settings of `b`." in markdown
+    assert "Settings not recorded, so not compared, in `b`." in markdown
 
 
 def test_an_arm_and_seed_in_two_summaries_is_not_merged():
