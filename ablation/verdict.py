@@ -4,6 +4,7 @@ ranges part and the gap exceeds the evaluation's sampling error."""
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Literal
 
 from toolgrpo.ablation.arms import START_LABELS, Start
@@ -67,6 +68,49 @@ def _versus(candidate: ArmSummary, baseline: ArmSummary, rows: int | None) -> st
     return f"{candidate.label} was {amount}{direction} {baseline.label} with one seed (no spread)"
 
 
+def paired_changes(summary: AblationSummary, arm: ArmSummary, metric: str) -> list[float]:
+    """Per seed, how far `arm` moved `metric` from that seed's own SFT checkpoint to the arm's
+    last step: the comparison whose noise is the seeds' disagreement, not the starts' spread."""
+    changes = []
+    for run in summary.runs:
+        if (run.start, run.arm) != (arm.start, arm.arm):
+            continue
+        last = next((s for s in run.curve if s.step == arm.step), None)
+        before = getattr(run.curve[0], metric)
+        after = None if last is None else getattr(last, metric)
+        if before is not None and after is not None:
+            changes.append(after - before)
+    return changes
+
+
+def _change(changes: list[float]) -> str:
+    """`+9.9 ± 2.9` points (mean ± standard error), flagged where the mean is beyond two."""
+    mean = 100 * statistics.fmean(changes)
+    if len(changes) < 2:
+        return f"{mean:+.1f}"
+    error = 100 * statistics.stdev(changes) / math.sqrt(len(changes))
+    return f"{mean:+.1f} ± {error:.1f}" + (" (beyond 2 s.e.)" if abs(mean) > 2 * error else "")
+
+
+def _changes_sentence(summary: AblationSummary, trained: list[ArmSummary]) -> str | None:
+    """How each arm moved multi- and single-step from each seed's own SFT checkpoint."""
+    parts = []
+    for metric, name in (("multi", "multi-step"), ("single", "single-step")):
+        said = [
+            f"{arm.label} {_change(changes)}"
+            for arm in trained
+            if (changes := paired_changes(summary, arm, metric))
+        ]
+        if said:
+            parts.append(f"{name} {', '.join(said)}")
+    if not parts:
+        return None
+    return (
+        "Against each seed's own SFT checkpoint (points; mean ± standard error over seeds): "
+        f"{'; '.join(parts)}."
+    )
+
+
 def _start_verdict(summary: AblationSummary, start: Start) -> list[str]:
     arms = [a for a in summary.arms if a.start == start]
     sft = summary.arm(start, "sft")
@@ -81,6 +125,8 @@ def _start_verdict(summary: AblationSummary, start: Start) -> list[str]:
         f"{where} ({seeds}), multi-step accuracy went from {spread_percent(sft.metrics['multi'])} "
         f"after SFT to {curve} after {step} GRPO steps."
     ]
+    if changes := _changes_sentence(summary, trained):
+        sentences.append(changes)
     grpo = summary.arm(start, "none")
     for arm in (a for a in trained if a.arm != "none"):
         changed = arm.calibrated_share

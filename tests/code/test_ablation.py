@@ -290,6 +290,24 @@ def test_verdict_states_a_win_with_points_and_the_calibrations_reach():
     assert "after 10 GRPO steps" in verdict
 
 
+def test_verdict_gives_each_arm_s_change_from_its_own_seed_s_sft_checkpoint():
+    """Starts 20 points apart hide a lift every seed shows; the paired change does not."""
+    runs = [
+        _run("none", 0, [0.1, 0.2, 0.3]),
+        _run("none", 1, [0.3, 0.5, 0.7]),
+        _run("all", 0, [0.1, 0.1, 0.15]),
+        _run("all", 1, [0.3, 0.2, 0.31]),
+    ]
+    verdict = write_verdict(_summary(runs))
+    assert (
+        "Against each seed's own SFT checkpoint (points; mean ± standard error over seeds): "
+        "multi-step GRPO +30.0 ± 10.0 (beyond 2 s.e.), NGRPO (all) +3.0 ± 2.0; "
+        "single-step GRPO +0.0 ± 0.0, NGRPO (all) +0.0 ± 0.0."
+    ) in verdict
+    one_seed = write_verdict(_summary(runs[::2]))
+    assert "multi-step GRPO +20.0, NGRPO (all) +5.0;" in one_seed
+
+
 def test_verdict_says_arms_tie_when_within_the_spread():
     runs = [
         _run("none", 0, [0.4, 0.5, 0.60], start="default", calibrated=0),
