@@ -83,9 +83,9 @@ def paired_changes(summary: AblationSummary, arm: ArmSummary, metric: str) -> li
     return changes
 
 
-def _change(changes: list[float]) -> str:
+def mean_change(changes: list[float]) -> str:
     """`+9.9 ± 2.9` points (mean ± standard error), flagged where the mean is beyond two."""
-    mean = 100 * statistics.fmean(changes)
+    mean = round(100 * statistics.fmean(changes), 1) + 0.0  # no "-0.0" from rounding error
     if len(changes) < 2:
         return f"{mean:+.1f}"
     error = 100 * statistics.stdev(changes) / math.sqrt(len(changes))
@@ -97,7 +97,7 @@ def _changes_sentence(summary: AblationSummary, trained: list[ArmSummary]) -> st
     parts = []
     for metric, name in (("multi", "multi-step"), ("single", "single-step")):
         said = [
-            f"{arm.label} {_change(changes)}"
+            f"{arm.label} {mean_change(changes)}"
             for arm in trained
             if (changes := paired_changes(summary, arm, metric))
         ]

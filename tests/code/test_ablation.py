@@ -19,7 +19,7 @@ from toolgrpo.ablation.arms import (
 )
 from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, Spread, aggregate_arms
-from toolgrpo.ablation.verdict import compare, eval_noise, write_verdict
+from toolgrpo.ablation.verdict import compare, eval_noise, mean_change, write_verdict
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows import cli
 from toolgrpo.flows.ablation import PARAMS_FILE, parse_params, run_ablation
@@ -306,6 +306,8 @@ def test_verdict_gives_each_arm_s_change_from_its_own_seed_s_sft_checkpoint():
     ) in verdict
     one_seed = write_verdict(_summary(runs[::2]))
     assert "multi-step GRPO +20.0, NGRPO (all) +5.0;" in one_seed
+    # the measured single-step changes (81/91 - 84/91, ...) average a hair under zero
+    assert mean_change([81 / 91 - 84 / 91, 90 / 91 - 88 / 91, 85 / 91 - 84 / 91]) == "+0.0 ± 1.7"
 
 
 def test_verdict_says_arms_tie_when_within_the_spread():
