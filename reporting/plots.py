@@ -12,7 +12,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from toolgrpo.ablation.arms import ARMS, START_LABELS
+from toolgrpo.ablation.arms import ARMS, METRICS, START_LABELS
 from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.evaluation.metrics import EvalMetrics, Headline
 from toolgrpo.reporting.files import replace_file
@@ -102,13 +102,8 @@ def _save(fig: Figure, path: Path) -> Path:
     return replace_file(path, lambda temporary: fig.savefig(temporary, format="png", dpi=110))
 
 
-# The learning curves' rows: Scores field → axis label.
-CURVES = {
-    "multi": "multi-step",
-    "single": "single-step",
-    "condition_fails": "condition fails (refuse)",
-    "condition_holds": "condition holds (act)",
-}
+# The learning curves' rows: Scores field → axis label (the table's column title).
+CURVES = {name: METRICS[name] for name in ("multi", "single", "condition_fails", "condition_holds")}
 
 
 def learning_curves(summary: AblationSummary) -> Figure:

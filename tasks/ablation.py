@@ -34,7 +34,7 @@ from toolgrpo.reporting.plots import plot_learning_curves, png_data_uri
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
-from toolgrpo.tasks.train import RESUME_KEY_FILE, Stage, train_stage
+from toolgrpo.tasks.train import Stage, recorded_key, train_stage
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import read_metrics
 
@@ -60,11 +60,8 @@ def evaluate_steps(
 def _finished_earlier(run_dir: Path, record: str, stage: Stage, resume_key: str) -> str | None:
     """The record a finished start or arm left in `run_dir` (a resumed ablation), when its stage
     trained on the same inputs (`resume_key`); None otherwise."""
-    key_file = run_dir / stage / RESUME_KEY_FILE
-    if not (run_dir / record).is_file() or not key_file.is_file():
-        return None
-    if key_file.read_text(encoding="utf-8") != resume_key:
-        return None  # training it again is refused, naming the folder (`train_stage`)
+    if not (run_dir / record).is_file() or recorded_key(run_dir / stage) != resume_key:
+        return None  # with another key, training it again is refused, naming the folder
     get_run_logger().info("%s: finished by an earlier attempt, read back", run_dir)
     return (run_dir / record).read_text(encoding="utf-8")
 

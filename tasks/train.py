@@ -165,16 +165,21 @@ def _progress(metrics_path: Path) -> tuple[int, int]:
     return last.get("step", 0), last.get("max_steps", 0)
 
 
+def recorded_key(stage_dir: Path) -> str | None:
+    """The resume key a stage folder's checkpoints were saved under, None when it has none."""
+    key_file = stage_dir / RESUME_KEY_FILE
+    return key_file.read_text(encoding="utf-8") if key_file.is_file() else None
+
+
 def _unfinished_attempt(stage: Stage, run_dir: Path, resume_key: str) -> Path | None:
     """The last complete checkpoint of `stage` that an unfinished run with the same inputs
     (`resume_key`) left in a sibling of `run_dir`; the furthest on, if several did."""
     checkpoints: dict[int, Path] = {}
     for sibling in run_dir.parent.iterdir():
         stage_dir = sibling / stage
-        key_file = stage_dir / RESUME_KEY_FILE
-        if sibling == run_dir or (stage_dir / "model").exists() or not key_file.is_file():
+        if sibling == run_dir or (stage_dir / "model").exists():
             continue
-        if key_file.read_text(encoding="utf-8") == resume_key:
+        if recorded_key(stage_dir) == resume_key:
             checkpoints.update(saved_checkpoints(stage_dir))
     return checkpoints[max(checkpoints)] if checkpoints else None
 
@@ -186,9 +191,8 @@ def _continue_unfinished_run(stage: Stage, run_dir: Path, resume_key: str) -> No
     file in place, and the earlier run's folder must stay as it was. Checkpoints of its own saved
     under another key raise `ConfigError`: resuming them would mix two trainings."""
     stage_dir = run_dir / stage
-    key_file = stage_dir / RESUME_KEY_FILE
     own = last_checkpoint(stage_dir)
-    if own and key_file.is_file() and key_file.read_text(encoding="utf-8") != resume_key:
+    if own and recorded_key(stage_dir) not in (None, resume_key):
         raise ConfigError(
             f"{stage_dir} holds checkpoints of other inputs (the rows, config or training code "
             "changed since they were saved): resume it with those, or train in a new run folder"
@@ -202,7 +206,7 @@ def _continue_unfinished_run(stage: Stage, run_dir: Path, resume_key: str) -> No
                 shutil.copytree(source, stage_dir / name, dirs_exist_ok=True)
             elif source.is_file():
                 shutil.copy2(source, stage_dir / name)
-    write_text_file(key_file, resume_key)
+    write_text_file(stage_dir / RESUME_KEY_FILE, resume_key)
 
 
 def _resume_hint(stage_dir: Path, resume_key: str | None) -> str:
