@@ -1,5 +1,6 @@
-"""The ablation's verdict, written from the numbers: an arm "beat" another only where the seed
-ranges part and the gap exceeds the evaluation's sampling error."""
+"""The ablation's verdict, written from the numbers: an arm "beat" another only where, seed by
+seed from the same SFT checkpoint, its lead is beyond two standard errors of the mean and beyond
+the evaluation's sampling error."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import math
 import statistics
 from typing import Literal
 
-from toolgrpo.ablation.arms import START_LABELS, Start
-from toolgrpo.ablation.summary import AblationSummary, ArmSummary, Spread, spread_percent
+from toolgrpo.ablation.arms import START_LABELS, ArmRun, Start
+from toolgrpo.ablation.summary import AblationSummary, ArmSummary, spread_percent
 
-Outcome = Literal["better", "worse", "within spread", "within eval noise", "unreplicated"]
+Outcome = Literal["better", "worse", "within seed noise", "within eval noise", "unreplicated"]
 
 
 def eval_noise(accuracy: float, rows: int) -> float:
@@ -19,76 +20,112 @@ def eval_noise(accuracy: float, rows: int) -> float:
     return 2 * math.sqrt(2 * accuracy * (1 - accuracy) / rows)
 
 
-def _gap_noise(candidate: Spread, baseline: Spread, rows: int) -> float:
-    return eval_noise((candidate.mean + baseline.mean) / 2, rows)
+def _standard_error(values: list[float]) -> float:
+    return statistics.stdev(values) / math.sqrt(len(values))
 
 
-def compare(candidate: Spread, baseline: Spread, rows: int | None = None) -> Outcome:
-    """`better` / `worse` only when the seed ranges do not overlap and, given the number of
-    evaluated `rows`, the gap exceeds the evaluation's sampling error; one seed cannot tell."""
-    if candidate.n < 2 or baseline.n < 2:
+def compare(gaps: list[float], accuracy: float, rows: int | None = None) -> Outcome:
+    """`better` / `worse` from per-seed gaps (candidate minus baseline, same seed and start):
+    only with two seeds or more, a mean beyond two standard errors and, given the number of
+    evaluated `rows` and the `accuracy` they sit near, beyond the evaluation's sampling error."""
+    if len(gaps) < 2:
         return "unreplicated"
-    if candidate.low <= baseline.high and candidate.high >= baseline.low:
-        return "within spread"
-    if rows and abs(candidate.mean - baseline.mean) < _gap_noise(candidate, baseline, rows):
+    mean = statistics.fmean(gaps)
+    if abs(mean) <= 2 * _standard_error(gaps):
+        return "within seed noise"
+    if rows and abs(mean) < eval_noise(accuracy, rows):
         return "within eval noise"
-    return "better" if candidate.low > baseline.high else "worse"
+    return "better" if mean > 0 else "worse"
 
 
-def _points(candidate: Spread, baseline: Spread) -> float:
-    return 100 * (candidate.mean - baseline.mean)
-
-
-def _versus(candidate: ArmSummary, baseline: ArmSummary, rows: int | None) -> str:
-    """One clause: how `candidate` fared against `baseline` on multi-step accuracy."""
-    ours, theirs = candidate.metrics["multi"], baseline.metrics["multi"]
-    points = _points(ours, theirs)
-    outcome = compare(ours, theirs, rows)
-    if outcome == "better":
-        return f"{candidate.label} beat {baseline.label} by {points:.1f} points (seed ranges apart)"
-    if outcome == "worse":
-        return (
-            f"{candidate.label} lost to {baseline.label} by {-points:.1f} points "
-            "(seed ranges apart)"
-        )
-    if outcome == "within spread":
-        return (
-            f"{candidate.label} and {baseline.label} were within the seed spread of each other "
-            f"({points:+.1f} points, ranges overlap)"
-        )
-    if outcome == "within eval noise":
-        noise = 100 * _gap_noise(ours, theirs, rows or 1)
-        return (
-            f"{candidate.label} and {baseline.label} were within the evaluation's sampling error "
-            f"of each other ({points:+.1f} points; seed ranges apart, but a gap under "
-            f"{noise:.1f} points is within two standard errors on {rows} multi-step rows)"
-        )
-    direction = "above" if points > 0 else "below" if points < 0 else "level with"
-    amount = f"{abs(points):.1f} points " if points else ""
-    return f"{candidate.label} was {amount}{direction} {baseline.label} with one seed (no spread)"
+def _at_step(runs: list[ArmRun], arm: ArmSummary, step: int, metric: str) -> dict[int, float]:
+    """Per seed, `arm`'s `metric` at `step` (step 0: the seed's SFT checkpoint), where measured."""
+    values = {}
+    for run in runs:
+        if (run.start, run.arm) != (arm.start, arm.arm):
+            continue
+        scores = next((s for s in run.curve if s.step == step), None)
+        value = None if scores is None else getattr(scores, metric)
+        if value is not None:
+            values[run.seed] = value
+    return values
 
 
 def paired_changes(summary: AblationSummary, arm: ArmSummary, metric: str) -> list[float]:
     """Per seed, how far `arm` moved `metric` from that seed's own SFT checkpoint to the arm's
     last step: the comparison whose noise is the seeds' disagreement, not the starts' spread."""
-    changes = []
-    for run in summary.runs:
-        if (run.start, run.arm) != (arm.start, arm.arm):
-            continue
-        last = next((s for s in run.curve if s.step == arm.step), None)
-        before = getattr(run.curve[0], metric)
-        after = None if last is None else getattr(last, metric)
-        if before is not None and after is not None:
-            changes.append(after - before)
-    return changes
+    before = _at_step(summary.runs, arm, 0, metric)
+    after = _at_step(summary.runs, arm, arm.step, metric)
+    return [after[seed] - before[seed] for seed in after if seed in before]
+
+
+def paired_gaps(
+    summary: AblationSummary, candidate: ArmSummary, baseline: ArmSummary, metric: str = "multi"
+) -> list[float]:
+    """Per seed that ran both arms (from one SFT checkpoint), candidate minus baseline at the
+    last step both report."""
+    step = min(candidate.step, baseline.step)
+    ours = _at_step(summary.runs, candidate, step, metric)
+    theirs = _at_step(summary.runs, baseline, step, metric)
+    return [ours[seed] - theirs[seed] for seed in ours if seed in theirs]
+
+
+def _points(fraction: float) -> float:
+    """A fraction as points to one decimal, with no "-0.0" from rounding error."""
+    return round(100 * fraction, 1) + 0.0
+
+
+def _points_list(gaps: list[float]) -> str:
+    return ", ".join(f"{_points(gap):+.1f}" for gap in gaps)
+
+
+def _versus(summary: AblationSummary, candidate: ArmSummary, baseline: ArmSummary) -> str:
+    """One clause: how `candidate` fared against `baseline` on multi-step accuracy, seed by seed."""
+    gaps = paired_gaps(summary, candidate, baseline)
+    if not gaps:
+        return f"{candidate.label} and {baseline.label} share no seed, so they were not compared"
+    accuracy = baseline.metrics["multi"].mean  # measured: there are gaps
+    rows = summary.multi_rows
+    outcome = compare(gaps, accuracy, rows)
+    if outcome == "unreplicated":
+        points = _points(gaps[0])
+        direction = "above" if points > 0 else "below" if points < 0 else "level with"
+        amount = f"{abs(points):.1f} points " if points else ""
+        return (
+            f"{candidate.label} was {amount}{direction} {baseline.label} with one seed (no spread)"
+        )
+    mean = _points(statistics.fmean(gaps))
+    error = _points(_standard_error(gaps))
+    seeds = f"seed by seed {_points_list(gaps)}"
+    if outcome == "better":
+        return (
+            f"{candidate.label} beat {baseline.label} by {mean:.1f} ± {error:.1f} points "
+            f"({seeds}; beyond 2 s.e.)"
+        )
+    if outcome == "worse":
+        return (
+            f"{candidate.label} lost to {baseline.label} by {-mean:.1f} ± {error:.1f} points "
+            f"({seeds}; beyond 2 s.e.)"
+        )
+    if outcome == "within seed noise":
+        return (
+            f"{candidate.label} and {baseline.label} were within the seeds' noise of each other "
+            f"({mean:+.1f} ± {error:.1f} points, {seeds})"
+        )
+    noise = 100 * eval_noise(accuracy, rows or 1)
+    return (
+        f"{candidate.label} and {baseline.label} were within the evaluation's sampling error "
+        f"of each other ({mean:+.1f} ± {error:.1f} points, {seeds}; beyond 2 s.e., but a gap "
+        f"under {noise:.1f} points is within two standard errors on {rows} multi-step rows)"
+    )
 
 
 def mean_change(changes: list[float]) -> str:
     """`+9.9 ± 2.9` points (mean ± standard error), flagged where the mean is beyond two."""
-    mean = round(100 * statistics.fmean(changes), 1) + 0.0  # no "-0.0" from rounding error
+    mean = _points(statistics.fmean(changes))
     if len(changes) < 2:
         return f"{mean:+.1f}"
-    error = 100 * statistics.stdev(changes) / math.sqrt(len(changes))
+    error = 100 * _standard_error(changes)
     return f"{mean:+.1f} ± {error:.1f}" + (" (beyond 2 s.e.)" if abs(mean) > 2 * error else "")
 
 
@@ -139,12 +176,10 @@ def _start_verdict(summary: AblationSummary, start: Start) -> list[str]:
             share = (
                 f"; its calibration changed {spread_percent(changed)} of groups" if changed else ""
             )
-            sentences.append(f"{_versus(arm, grpo, summary.multi_rows)}{share}.")
+            sentences.append(f"{_versus(summary, arm, grpo)}{share}.")
     zero_std, everything = summary.arm(start, "zero_std"), summary.arm(start, "all")
     if zero_std is not None and everything is not None:
-        sentences.append(
-            f"Between the scopes, {_versus(everything, zero_std, summary.multi_rows)}."
-        )
+        sentences.append(f"Between the scopes, {_versus(summary, everything, zero_std)}.")
     if grpo is not None and grpo.zero_std_share is not None:
         zero = spread_percent(grpo.zero_std_share)
         sentences.append(f"Under GRPO {zero} of groups had zero std.")
@@ -153,8 +188,8 @@ def _start_verdict(summary: AblationSummary, start: Start) -> list[str]:
 
 def write_verdict(summary: AblationSummary) -> str:
     """One paragraph that states what the numbers support: multi-step accuracy at equal steps,
-    "beat" only where the seed ranges (min–max) do not overlap and the gap exceeds the
-    evaluation's sampling error, and the calibration's reach."""
+    "beat" only where the per-seed gaps from one SFT checkpoint are beyond two standard errors
+    and the evaluation's sampling error, and the calibration's reach."""
     sentences = [s for start in summary.starts for s in _start_verdict(summary, start)]
     if summary.failed:
         sentences.append(

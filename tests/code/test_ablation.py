@@ -260,20 +260,43 @@ def test_spread_prints_the_range_only_when_there_are_several_seeds():
 # --- verdict -------------------------------------------------------------------------------
 
 
-def test_ngrpo_beats_grpo_only_when_the_seed_ranges_do_not_overlap():
-    assert compare(Spread.of([0.5, 0.6]), Spread.of([0.1, 0.2])) == "better"
-    assert compare(Spread.of([0.1, 0.2]), Spread.of([0.5, 0.6])) == "worse"
-    assert compare(Spread.of([0.3, 0.6]), Spread.of([0.1, 0.4])) == "within spread"
-    assert compare(Spread.of([0.9]), Spread.of([0.1])) == "unreplicated"
+def test_an_arm_wins_only_when_its_per_seed_lead_is_beyond_two_standard_errors():
+    assert compare([0.10, 0.12, 0.08], accuracy=0.5) == "better"
+    assert compare([-0.10, -0.12, -0.08], accuracy=0.5) == "worse"
+    assert compare([0.20, -0.10, 0.05], accuracy=0.5) == "within seed noise"
+    assert compare([0.0, 0.0], accuracy=0.5) == "within seed noise"
+    assert compare([0.30], accuracy=0.5) == "unreplicated"
 
 
 def test_a_gap_inside_the_evaluation_sampling_error_is_not_called_a_win():
     # The measured cpu ablation: NGRPO (all) 85.5/86.1% vs GRPO 86.7/89.1% on 165 multi rows.
-    ngrpo_all, grpo = Spread.of([0.855, 0.861]), Spread.of([0.867, 0.891])
-    assert compare(ngrpo_all, grpo) == "worse"
-    assert compare(ngrpo_all, grpo, rows=165) == "within eval noise"
-    assert compare(ngrpo_all, grpo, rows=100_000) == "worse"
+    gaps = [0.855 - 0.867, 0.861 - 0.891]
+    assert compare(gaps, accuracy=0.879) == "worse"
+    assert compare(gaps, accuracy=0.879, rows=165) == "within eval noise"
+    assert compare(gaps, accuracy=0.879, rows=100_000) == "worse"
     assert eval_noise(0.5, 100) == pytest.approx(2 * (0.5 / 50**0.5))
+
+
+def test_verdict_pairs_seeds_so_starts_far_apart_do_not_hide_a_lead():
+    """The seed ranges overlap (the starts are 20 points apart), yet NGRPO leads on every seed."""
+    runs = [
+        _run("none", 0, [0.1, 0.15, 0.2]),
+        _run("none", 1, [0.3, 0.4, 0.5]),
+        _run("zero_std", 0, [0.1, 0.2, 0.25], calibrated=3),
+        _run("zero_std", 1, [0.3, 0.5, 0.56], calibrated=3),
+    ]
+    summary = _summary(runs)
+    assert summary.arm("single_only", "zero_std").metrics["multi"].low < 0.5  # ranges overlap
+    verdict = write_verdict(summary)
+    assert (
+        "NGRPO (zero-std) beat GRPO by 5.5 ± 0.5 points (seed by seed +5.0, +6.0; beyond 2 s.e.)"
+    ) in verdict
+
+
+def test_verdict_compares_no_arms_that_share_no_seed():
+    runs = [_run("none", 0, [0.1, 0.2, 0.3]), _run("zero_std", 1, [0.1, 0.2, 0.6], calibrated=3)]
+    verdict = write_verdict(_summary(runs))
+    assert "NGRPO (zero-std) and GRPO share no seed, so they were not compared" in verdict
 
 
 def test_verdict_states_a_win_with_points_and_the_calibrations_reach():
@@ -285,7 +308,9 @@ def test_verdict_states_a_win_with_points_and_the_calibrations_reach():
     ]
     verdict = write_verdict(_summary(runs))
     assert "From the single-step-only SFT start (2 seeds)" in verdict
-    assert "NGRPO (zero-std) beat GRPO by 20.0 points (seed ranges apart)" in verdict
+    assert (
+        "NGRPO (zero-std) beat GRPO by 20.0 ± 0.0 points (seed by seed +20.0, +20.0; beyond 2 s.e.)"
+    ) in verdict
     assert "its calibration changed 40.0% (30.0–50.0) of groups" in verdict
     assert "after 10 GRPO steps" in verdict
 
@@ -310,16 +335,19 @@ def test_verdict_gives_each_arm_s_change_from_its_own_seed_s_sft_checkpoint():
     assert mean_change([81 / 91 - 84 / 91, 90 / 91 - 88 / 91, 85 / 91 - 84 / 91]) == "+0.0 ± 1.7"
 
 
-def test_verdict_says_arms_tie_when_within_the_spread():
+def test_verdict_says_arms_tie_when_the_seeds_disagree():
     runs = [
         _run("none", 0, [0.4, 0.5, 0.60], start="default", calibrated=0),
         _run("none", 1, [0.4, 0.5, 0.70], start="default", calibrated=0),
-        _run("all", 0, [0.4, 0.5, 0.65], start="default", calibrated=10),
-        _run("all", 1, [0.4, 0.5, 0.75], start="default", calibrated=10),
+        _run("all", 0, [0.4, 0.5, 0.75], start="default", calibrated=10),
+        _run("all", 1, [0.4, 0.5, 0.65], start="default", calibrated=10),
     ]
     verdict = write_verdict(_summary(runs))
     assert "From the default warm start" in verdict
-    assert "NGRPO (all) and GRPO were within the seed spread of each other (+5.0 points" in verdict
+    assert (
+        "NGRPO (all) and GRPO were within the seeds' noise of each other "
+        "(+5.0 ± 10.0 points, seed by seed +15.0, -5.0)"
+    ) in verdict
     assert "beat" not in verdict
 
 
@@ -333,11 +361,13 @@ def test_verdict_says_so_when_ngrpo_loses():
         _run("zero_std", 1, [0.4, 0.6, 0.75], calibrated=2),
     ]
     verdict = write_verdict(_summary(runs))
-    assert "NGRPO (all) lost to GRPO by 50.0 points (seed ranges apart)" in verdict
-    assert "Between the scopes, NGRPO (all) lost to NGRPO (zero-std) by 47.5 points" in verdict
+    assert "NGRPO (all) lost to GRPO by 50.0 ± 0.0 points (seed by seed -50.0, -50.0" in verdict
+    assert (
+        "Between the scopes, NGRPO (all) lost to NGRPO (zero-std) by 47.5 ± 2.5 points"
+    ) in verdict
 
 
-def test_verdict_names_the_sampling_error_when_seed_ranges_part_by_a_few_rows():
+def test_verdict_names_the_sampling_error_when_seeds_agree_on_a_few_rows():
     runs = [
         _run("none", 0, [0.87, 0.86, 0.867], start="default"),
         _run("none", 1, [0.88, 0.87, 0.891], start="default"),
