@@ -120,24 +120,42 @@ def _versus(summary: AblationSummary, candidate: ArmSummary, baseline: ArmSummar
     )
 
 
-def mean_change(changes: list[float]) -> str:
-    """`+9.9 ± 2.9` points (mean ± standard error), flagged where the mean is beyond two."""
+def mean_change(changes: list[float], accuracy: float = 0.5, rows: int | None = None) -> str:
+    """`+9.9 ± 2.9` points (mean ± standard error), flagged by `compare`'s rule: beyond two
+    standard errors, and where that is still within the sampling error of `rows` held-out rows
+    near `accuracy`, said so (a 2-row change on 91 rows is not evidence however steady)."""
     mean = _points(statistics.fmean(changes))
-    if len(changes) < 2:
+    outcome = compare(changes, accuracy, rows)
+    if outcome == "unreplicated":
         return f"{mean:+.1f}"
-    error = 100 * _standard_error(changes)
-    return f"{mean:+.1f} ± {error:.1f}" + (" (beyond 2 s.e.)" if abs(mean) > 2 * error else "")
+    said = f"{mean:+.1f} ± {100 * _standard_error(changes):.1f}"
+    if outcome == "within seed noise":
+        return said
+    if outcome == "within eval noise":
+        noise = 100 * eval_noise(accuracy, rows or 1)
+        return f"{said} (beyond 2 s.e., within the {noise:.1f}-point sampling error of {rows} rows)"
+    return f"{said} (beyond 2 s.e.)"
+
+
+def _rows(summary: AblationSummary, metric: str) -> int | None:
+    """How many held-out rows `metric` was measured on, where the summary recorded it."""
+    if summary.multi_rows is None:
+        return None
+    return {"multi": summary.multi_rows, "single": summary.eval_rows - summary.multi_rows}[metric]
 
 
 def _changes_sentence(summary: AblationSummary, trained: list[ArmSummary]) -> str | None:
     """How each arm moved multi- and single-step from each seed's own SFT checkpoint."""
     parts = []
     for metric, name in (("multi", "multi-step"), ("single", "single-step")):
-        said = [
-            f"{arm.label} {mean_change(changes)}"
-            for arm in trained
-            if (changes := paired_changes(summary, arm, metric))
-        ]
+        said = []
+        for arm in trained:
+            changes = paired_changes(summary, arm, metric)
+            start = summary.arm(arm.start, "sft")
+            if not changes or start is None or start.metrics[metric] is None:
+                continue
+            accuracy = start.metrics[metric].mean
+            said.append(f"{arm.label} {mean_change(changes, accuracy, _rows(summary, metric))}")
         if said:
             parts.append(f"{name} {', '.join(said)}")
     if not parts:

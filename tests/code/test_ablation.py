@@ -335,6 +335,31 @@ def test_verdict_gives_each_arm_s_change_from_its_own_seed_s_sft_checkpoint():
     assert mean_change([81 / 91 - 84 / 91, 90 / 91 - 88 / 91, 85 / 91 - 84 / 91]) == "+0.0 ± 1.7"
 
 
+def test_a_steady_change_of_a_few_rows_is_flagged_as_within_the_eval_s_sampling_error():
+    """NGRPO (total)'s measured single-step changes: 2, 2 and 3 rows of 91, beyond two standard
+    errors of three seeds but not of the held-out rows."""
+    measured = [86 / 91 - 88 / 91, 85 / 91 - 87 / 91, 86 / 91 - 89 / 91]
+    assert mean_change(measured) == "-2.6 ± 0.4 (beyond 2 s.e.)"
+    assert mean_change(measured, accuracy=88 / 91, rows=91) == (
+        "-2.6 ± 0.4 (beyond 2 s.e., within the 5.3-point sampling error of 91 rows)"
+    )
+    lift = [0.13, 0.12, 0.11]
+    assert mean_change(lift, accuracy=0.56, rows=165) == "+12.0 ± 0.6 (beyond 2 s.e.)"
+    assert mean_change([0.2, -0.1], accuracy=0.5, rows=165) == "+5.0 ± 15.0"
+
+
+def test_verdict_measures_each_change_against_the_rows_of_its_own_file():
+    runs = [
+        _run("none", seed, [0.5, 0.55, 0.62 + seed / 100], start="partial") for seed in (0, 1, 2)
+    ]
+    for run in runs:  # single-step 2 rows of 91 down, every seed
+        run.curve[-1] = run.curve[-1].model_copy(update={"single": 0.9 - 2 / 91})
+    verdict = write_verdict(_summary(runs).model_copy(update={"multi_rows": 165}))
+    assert "multi-step GRPO +13.0 ± 0.6 (beyond 2 s.e.)" in verdict
+    assert "single-step GRPO -2.2 ± 0.0 (beyond 2 s.e., within the 8.9-point" in verdict
+    assert "sampling error of 91 rows)" in verdict
+
+
 def test_verdict_says_arms_tie_when_the_seeds_disagree():
     runs = [
         _run("none", 0, [0.4, 0.5, 0.60], start="default", calibrated=0),
