@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.schemas.run import ZeroStdGroups
@@ -143,11 +143,14 @@ class StartRun(BaseModel):
 
 class ArmRun(BaseModel):
     """One GRPO arm from one start and seed: its held-out scores per step (step 0 is the SFT
-    checkpoint), the group counts of its training, and its wall time."""
+    checkpoint), the group counts of its training, and its training time."""
 
     start: Start
     arm: Arm
     seed: int
     curve: list[Scores]
     groups: ZeroStdGroups
-    wall_s: float
+    wall_s: float = Field(
+        description="seconds its GRPO steps took (the metrics file's step times), every attempt "
+        "of a resumed arm included (older summaries: the last attempt's wall time)"
+    )

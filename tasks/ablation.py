@@ -36,7 +36,7 @@ from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import Stage, recorded_key, train_stage
 from toolgrpo.training.config import TrainConfig
-from toolgrpo.training.metrics import read_metrics
+from toolgrpo.training.metrics import read_metrics, training_seconds
 
 
 def evaluate_steps(
@@ -113,6 +113,7 @@ def train_arm(
         resume_key=resume_key,
     )
     stage_dir = grpo.model_dir.parent
+    lines = read_metrics(grpo.metrics_path)
     curve = evaluate_steps(
         checkpoint_models(stage_dir, config.grpo.max_steps),
         samples,
@@ -125,8 +126,8 @@ def train_arm(
         arm=arm,
         seed=config.seed,
         curve=[start.scores, *curve],
-        groups=ZeroStdGroups.from_metrics(read_metrics(grpo.metrics_path)),
-        wall_s=grpo.wall_s,
+        groups=ZeroStdGroups.from_metrics(lines),
+        wall_s=training_seconds(lines),
     )
     # The arm's record on its own: a resumed ablation reads a finished arm back.
     write_text_file(run_dir / ARM_RECORD, record.model_dump_json(indent=2))

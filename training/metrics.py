@@ -65,6 +65,17 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def training_seconds(lines: list[dict[str, Any]]) -> float:
+    """The time a stage's kept steps took, from each line's per-step time: a stage resumed
+    after a kill counts the steps of every attempt that led to its model, not only the last."""
+    seconds, previous = 0.0, 0
+    for line in lines:
+        if "step_time_s" in line:
+            seconds += line["step_time_s"] * (line["step"] - previous)
+        previous = line["step"]
+    return round(seconds, 1)
+
+
 class MetricsFileCallback(TrainerCallback):
     """Append one line per log event to `path`; on resume, drop lines past the checkpoint. Every
     few steps, print a progress line for the stage named `label` (default: `path`'s folder)."""

@@ -32,7 +32,7 @@ from toolgrpo.training.config import (
     load_preset,
     overridable_fields,
 )
-from toolgrpo.training.metrics import METRICS_FILENAME
+from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics, training_seconds
 from toolgrpo.validation.gate import DataGateFailed
 
 
@@ -632,6 +632,8 @@ def test_smoke_ablation_trains_evaluates_and_reports_every_arm(prefect_harness, 
         assert [s.step for s in run.curve] == [0, 1, 2]  # SFT, checkpoint-1, final model
         assert run.groups.total == 4  # 2 prompts per step × 2 steps
         assert run.curve[0] == summary.runs[0].curve[0]  # one SFT start shared by both arms
+        grpo_dir = run_dir / "single_only" / "seed-0" / run.arm / "grpo"
+        assert run.wall_s == training_seconds(read_metrics(grpo_dir / METRICS_FILENAME)) > 0
     assert (run_dir / "single_only" / "seed-0" / "zero_std" / "eval" / "step-1").is_dir()
     assert "From the single-step-only SFT start (1 seed)" in report.verdict
     assert report.verdict in report.markdown_path.read_text()
@@ -697,6 +699,9 @@ def test_a_resumed_ablation_reads_back_what_finished_and_resumes_the_rest(
     assert resumed[0] == metrics[0] and json.loads(resumed[-1])["step"] == 2
     summary = AblationSummary.model_validate_json(report.json_path.read_text())
     assert [[s.step for s in run.curve] for run in summary.runs] == [[0, 1, 2], [0, 1, 2]]
+    # its training time counts the first attempt's step too, not only the resumed one's
+    resumed_run = next(run for run in summary.runs if run.arm == "zero_std")
+    assert resumed_run.wall_s == training_seconds([json.loads(line) for line in resumed])
 
 
 def test_resuming_needs_an_ablation_folder_started_with_the_same_settings(tmp_path):

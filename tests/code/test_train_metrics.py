@@ -13,6 +13,7 @@ from toolgrpo.training.metrics import (
     duration,
     progress_line,
     read_metrics,
+    training_seconds,
 )
 
 ARGS = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none")
@@ -111,3 +112,15 @@ def test_grpo_progress_shows_reward_zero_std_share_and_tool_accuracy_so_far(tmp_
     assert last.startswith(
         "grpo step 2/2 · reward 0.70 · zero-std 50% of groups · tool accuracy so far 50%"
     )
+
+
+def test_training_seconds_weighs_each_line_by_the_steps_it_covers():
+    """Lines every 2 steps, a resumed attempt's lines after them, the trainer's closing line."""
+    lines = [
+        {"step": 2, "step_time_s": 1.5},
+        {"step": 4, "step_time_s": 2.0},
+        {"step": 5, "step_time_s": 3.0},  # the next attempt, resumed from step 4
+        {"step": 5, "train_runtime": 3.1},
+    ]
+    assert training_seconds(lines) == 2 * 1.5 + 2 * 2.0 + 3.0
+    assert training_seconds([]) == 0.0
