@@ -50,9 +50,10 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
-from toolgrpo.training.config import GRPO_LAYOUT_UNSET, TrainConfig, load_preset
+from toolgrpo.training.config import GRPO_LAYOUT_UNSET, TrainConfig
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
+from toolgrpo.training.overrides import load_preset
 from toolgrpo.training.samples import read_samples
 
 PRESET = "cpu"

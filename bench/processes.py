@@ -33,13 +33,9 @@ from typing import Any
 import cyclopts
 
 from toolgrpo.tasks.train import stage_command
-from toolgrpo.training.config import (
-    CONFIG_FILENAME,
-    GRPO_LAYOUT_UNSET,
-    TrainConfig,
-    load_preset,
-)
+from toolgrpo.training.config import CONFIG_FILENAME, GRPO_LAYOUT_UNSET, TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
+from toolgrpo.training.overrides import load_preset
 from toolgrpo.training.samples import sft_rows
 
 PRESET = "cpu"

@@ -33,9 +33,10 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import EvalSettings, predict, sample_source
 from toolgrpo.schemas.completion import completion_text, first_json_object
+from toolgrpo.schemas.samples import split_prompt
 from toolgrpo.training.arithmetic import stated_comparison
-from toolgrpo.training.config import load_preset
-from toolgrpo.validation.context import condition_verdict, split_prompt
+from toolgrpo.training.overrides import load_preset
+from toolgrpo.validation.label_rules import condition_verdict
 
 EVAL_FILES = [
     DATA_DIR / "eval" / f"{name}.jsonl" for name in ("single_step", "multistep", "unseen_phrasing")

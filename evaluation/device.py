@@ -18,7 +18,8 @@ from typing import Literal, NamedTuple
 import torch
 from transformers import AutoConfig, PretrainedConfig
 
-from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, Device, TrainConfig, read_config
+from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, Device, TrainConfig
+from toolgrpo.training.overrides import read_config
 
 # (decoding, scoring) batch sizes on the CPU: the fastest in `bench/evaluate.py` on 2 cores.
 CPU_BATCH_SIZES = (32, 16)

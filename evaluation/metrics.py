@@ -11,10 +11,10 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
-from toolgrpo.schemas.samples import condition_branch
+from toolgrpo.schemas.run import Headline, step_row
+from toolgrpo.schemas.samples import NO_CONDITION, condition_branch, history_line_pattern
 
 UNPARSED = "(none)"
-_NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 
 
 class SliceMetrics(BaseModel):
@@ -30,15 +30,6 @@ class SliceMetrics(BaseModel):
     consistent: float | None = Field(description="share of parseable outputs")
 
 
-# The pooled rates of `Headline`, in table order.
-POOLED = ("overall", "single", "multi", "condition_fails", "condition_holds", "scenario")
-
-
-def step_row(step: int) -> str:
-    """The row name of a step's accuracy: `step 2`."""
-    return f"step {step}"
-
-
 # What a conditional step compares, told apart by the tools its earlier steps called (so rows of
 # any scenario, not only the generator's patterns, are placed).
 AMOUNT_COMPARISON = "amount comparison"  # check_balance: the amount asked vs the balance
@@ -48,7 +39,7 @@ PRICE_LIMIT = "price limit"  # get_quote: the quoted price vs the request's limi
 
 def _executed(prompt: pl.Expr, tool: str) -> pl.Expr:
     """Does the prompt's `Previous steps:` history list a call of `tool`?"""
-    return prompt.str.contains(rf"(?m)^Step \d+: {tool} → ")
+    return prompt.str.contains(history_line_pattern(tool))
 
 
 def comparison_kind(prompt: pl.Expr) -> pl.Expr:
@@ -69,45 +60,6 @@ def condition_row(source: str, kind: str, branch: str) -> str:
     """The row name of one file's conditional steps of one kind and branch:
     `eval/multistep · amount comparison holds`."""
     return f"{source} · {kind} {branch.removeprefix('condition_')}"
-
-
-class Headline(BaseModel):
-    """The numbers a before/after table shows (tool accuracy)."""
-
-    overall: float | None
-    single: float | None
-    multi: float | None
-    condition_fails: float | None = Field(
-        description="conditional steps whose condition fails (reply instead of acting)"
-    )
-    condition_holds: float | None = Field(
-        description="conditional steps whose condition holds (act); needs `condition` labels"
-    )
-    scenario: float | None = Field(description="multi-step scenarios with every step right")
-    by_step: dict[int, float | None]
-    by_source: dict[str, float | None] = Field(
-        default_factory=dict, description="per data file, e.g. `eval/unseen_phrasing`"
-    )
-    by_condition: dict[str, float | None] = Field(
-        default_factory=dict,
-        description="conditional steps per data file, comparison kind and branch, by "
-        "`condition_row` (`eval/multistep · order cost fails`)",
-    )
-    n: dict[str, int] = Field(
-        default_factory=dict,
-        description="rows evaluated behind each number, by its name in `rows()` (scenarios for "
-        "`scenario`)",
-    )
-
-    def rows(self) -> dict[str, float | None]:
-        """Every number by its row name, in table order: the pooled rates, `step N`, conditional
-        steps by file, kind and branch, data files."""
-        return {
-            **{name: getattr(self, name) for name in POOLED},
-            **{step_row(step): value for step, value in sorted(self.by_step.items())},
-            **self.by_condition,
-            **self.by_source,
-        }
 
 
 class Confusion(BaseModel):
@@ -150,7 +102,7 @@ _SLICE_COLUMNS = ["kind", "step", "lang", "label_tool", "source", "branch"]
 
 def _with_outcome(predictions: pl.DataFrame) -> pl.DataFrame:
     if "condition" not in predictions.columns:  # written before the contract had conditions
-        predictions = predictions.with_columns(_NO_CONDITION)
+        predictions = predictions.with_columns(NO_CONDITION)
     return predictions.with_columns(
         correct=(pl.col("predicted_tool") == pl.col("label_tool")).fill_null(False),
         branch=condition_branch(pl.col("condition"), pl.col("kind"), pl.col("label_tool")),

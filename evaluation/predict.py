@@ -30,19 +30,19 @@ from toolgrpo.evaluation.decoding import (
 )
 from toolgrpo.evaluation.device import CPU_BATCH_SIZES, EvalDevice, cuda_batch_sizes, eval_device
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
-from toolgrpo.schemas.completion import Completion, first_json_object
+from toolgrpo.schemas.completion import Completion, first_json_object, written_action
 from toolgrpo.schemas.predictions import probability_columns, validate_predictions
+from toolgrpo.schemas.samples import NO_CONDITION
 from toolgrpo.training.chat import chat_prompt
-from toolgrpo.training.config import CONFIG_FILENAME, Device, read_config
-from toolgrpo.training.rewards import thought_action_consistent
+from toolgrpo.training.config import CONFIG_FILENAME, Device
+from toolgrpo.training.device import usable_cpus
+from toolgrpo.training.overrides import read_config
+from toolgrpo.validation.wording import thought_action_consistent
 
-# The machine has 2 cores shared by everyone; evaluation on the CPU never takes more.
-MAX_TORCH_THREADS = 2
 # Room left above the longest labelled solution: a longer answer is a runaway, not a format.
 MAX_NEW_TOKENS_MARGIN = 1.25
 # decode: each answer whole, checked; score: the answer up to its tool slot, then tools scored.
 PredictionMode = Literal["decode", "score"]
-_NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 SAMPLE_COLUMNS = ["id", "scenario_id", "kind", "lang", "step", "n_steps", "source", "prompt"]
 # What only a whole decoded answer shows (`completion_checks`); null on a scored row.
 DECODED_CHECKS = ["parsed_ok", "params_valid", "params_exact", "consistent"]
@@ -65,9 +65,10 @@ class EvalSettings(BaseModel):
     score_batch_size: int | None = Field(
         None, gt=0, description="rows whose tools are scored together; None: 16 / what fits"
     )
-    # Two threads on two busy cores ran a tiny model ~20x slower than one: contention, not work.
-    torch_threads: int = Field(
-        MAX_TORCH_THREADS, ge=1, le=MAX_TORCH_THREADS, description="on the CPU only"
+    # Threads beyond the cores a process may use only contend: on two busy cores, two threads
+    # ran a tiny model ~20x slower than one.
+    torch_threads: int | None = Field(
+        None, ge=1, description="CPU threads (on the CPU only); None: the CPUs the process may use"
     )
 
 
@@ -88,11 +89,7 @@ def evaluation_rows(frame: pl.DataFrame, max_rows: int | None) -> pl.DataFrame:
 
 def _label(solution: object) -> tuple[str | None, Any]:
     """The labelled tool and params of a row's solution (a JSON string)."""
-    parsed = first_json_object(solution)
-    action = parsed.get("action") if parsed else None
-    if not isinstance(action, dict):
-        return None, None
-    return action.get("tool"), action.get("params")
+    return written_action(first_json_object(solution))
 
 
 def completion_checks(completion: str, solution: str, catalogue: Catalogue) -> dict[str, Any]:
@@ -101,10 +98,7 @@ def completion_checks(completion: str, solution: str, catalogue: Catalogue) -> d
     Never raises: malformed output gives a null tool and false checks.
     """
     parsed = first_json_object(completion)
-    action = parsed.get("action") if parsed else None
-    action = action if isinstance(action, dict) else {}
-    tool = action.get("tool") if isinstance(action.get("tool"), str) else None
-    params = action.get("params")
+    tool, params = written_action(parsed)
     label_tool, label_params = _label(solution)
     try:
         Completion.model_validate(parsed)
@@ -202,7 +196,7 @@ def predict(
         raise EvaluationError(f"sample rows lack columns {missing}")
     device = device or eval_device(model_dir, settings.device)
     if device.device == "cpu":
-        torch.set_num_threads(settings.torch_threads)
+        torch.set_num_threads(settings.torch_threads or usable_cpus())
     tokenizer, model = load_model(model_dir, device)
     prompts, solutions = samples["prompt"].to_list(), samples["solution"].to_list()
     max_new_tokens = settings.max_new_tokens or fitted_max_new_tokens(tokenizer, solutions)
@@ -250,7 +244,7 @@ def predict(
                 pl.col(["kind", "lang", "prompt"]),
                 pl.col(["step", "n_steps"]).cast(pl.Int64),
                 pl.col("tool").alias("label_tool"),
-                pl.col("condition") if "condition" in samples.columns else _NO_CONDITION,
+                pl.col("condition") if "condition" in samples.columns else NO_CONDITION,
             ),
             pl.DataFrame(checks, schema=_CHECKS_SCHEMA),
             pl.DataFrame({"completion": completions}, schema={"completion": pl.String}),

@@ -38,15 +38,17 @@ from toolgrpo.ablation.arms import (
 from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
-from toolgrpo.evaluation.predict import MAX_TORCH_THREADS, EvalSettings, evaluation_rows
-from toolgrpo.reporting.files import write_text_file
+from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
 from toolgrpo.schemas.catalogue import CatalogueError
 from toolgrpo.schemas.errors import validation_problems
+from toolgrpo.schemas.files import write_text_file
 from toolgrpo.tasks.ablation import AblationReport, publish_ablation, train_arm, train_start
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import fingerprint
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
-from toolgrpo.training.config import ConfigError, load_preset
+from toolgrpo.training.config import ConfigError
+from toolgrpo.training.device import usable_cpus
+from toolgrpo.training.overrides import load_preset
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
 
@@ -148,7 +150,7 @@ def ablation(params: AblationParams) -> AblationReport:
     raises `DataGateFailed` with the report)."""
     started = time.monotonic()
     logger = get_run_logger()
-    threads = max(1, MAX_TORCH_THREADS // params.workers)
+    threads = max(1, usable_cpus() // params.workers)
     base = load_preset(params.preset, params.training_overrides())
     steps = params.steps or base.grpo.max_steps
     eval_every = params.eval_every or max(1, steps // 3)

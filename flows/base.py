@@ -19,7 +19,7 @@ from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training import Preset
 from toolgrpo.training.base import STAGE, BaseCard, base_card, build_key
-from toolgrpo.training.config import load_preset
+from toolgrpo.training.overrides import load_preset
 
 
 class NotABaseFolder(ValueError):

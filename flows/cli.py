@@ -3,28 +3,22 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
-import logging
-import os
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 from cyclopts import App, Parameter
 
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
+from toolgrpo.flows.prefect_api import (
+    hide_tracebacks_on_console,
+    prefect_api_problem,
+    quiet_console,
+    temporary_server_starting,
+)
 from toolgrpo.training import Preset
-
-# The temporary Prefect server can take longer than the 20 s default on a busy 2-core box.
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-
-# A Prefect API that answers does so in milliseconds; one that does not costs every flow call
-# Prefect's retries (~15 s) and three chained tracebacks, so each command asks it first.
-PREFECT_API_PROBE_S = 3.0
 
 app = App(name="toolgrpo", help="Train and monitor tool-selecting agents with GRPO + NGRPO.")
 data_app = App(name="data", help="The shipped dataset.")
@@ -66,39 +60,6 @@ def catalogue_problem(path: Path | None) -> str | None:
     return None
 
 
-def prefect_api_problem() -> str | None:
-    """Why the Prefect API that PREFECT_API_URL (or the active profile) names cannot be used, or
-    None: also when none is named, since a flow then starts a temporary local server."""
-    import ssl
-
-    import httpx
-    from prefect.settings import get_current_settings
-
-    api = get_current_settings().api
-    if not api.url:
-        return None
-    verify = (
-        False
-        if api.tls_insecure_skip_verify
-        else ssl.create_default_context(cafile=api.ssl_cert_file)
-    )
-    try:
-        answer = httpx.get(
-            f"{api.url.rstrip('/')}/health", timeout=PREFECT_API_PROBE_S, verify=verify
-        )
-    except (httpx.HTTPError, httpx.InvalidURL) as error:
-        reason = str(error).rstrip(".") or type(error).__name__
-    else:
-        # Without credentials Prefect Cloud answers 401/403: it is there.
-        if answer.is_success or answer.status_code in (401, 403):
-            return None
-        reason = f"GET /health answered HTTP {answer.status_code}"
-    return (
-        f"cannot reach the Prefect API at {api.url}: {reason}; unset PREFECT_API_URL to use a "
-        "temporary local server"
-    )
-
-
 @data_app.command
 def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
     """Regenerate the shipped dataset under OUT from SEED (byte-identical for the same seed)."""
@@ -133,7 +94,7 @@ def build_base(
     from toolgrpo.flows.base import build_base as build
     from toolgrpo.flows.base import check_out
     from toolgrpo.tasks.train import StageFailed
-    from toolgrpo.training.config import load_preset
+    from toolgrpo.training.overrides import load_preset
 
     try:
         overrides = config_overrides(set_ or [])
@@ -275,7 +236,7 @@ def validate(
     if problem := unusable or catalogue_problem(catalogue):
         say(f"toolgrpo validate: {problem}", error=True)
         return 2
-    _quiet_console()
+    quiet_console()
     try:
         report = data_quality(
             files=list(files),
@@ -303,18 +264,6 @@ def validate(
     return 0 if report.ok else 1
 
 
-def _quiet_console() -> None:
-    """Keep Prefect's console to errors: the command prints the problem lines itself. Only the
-    console handler is turned down, so the flow run's log in the UI keeps every line."""
-    import logging
-
-    from prefect.logging.handlers import PrefectConsoleHandler
-
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, PrefectConsoleHandler):
-            handler.setLevel(logging.ERROR)
-
-
 @app.command
 def evaluate(
     *,
@@ -324,7 +273,7 @@ def evaluate(
     overrides: Path | None = None,
     max_new_tokens: int | None = None,
     batch_size: int | None = None,
-    torch_threads: int = 2,
+    torch_threads: int | None = None,
     catalogue: Path | None = None,
 ) -> int:
     """Evaluate the saved model MODEL on DATA files (JSONL or parquet) with greedy decoding.
@@ -461,35 +410,6 @@ def config_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-@contextlib.contextmanager
-def temporary_server_starting() -> Iterator[None]:
-    """Start the temporary Prefect server a first flow run would start and wait for (~18 s on 2
-    cores) in the background while the block runs (importing a flow: torch, transformers), so
-    the two overlap; the block's end waits for it. Enter it once the arguments are checked, so
-    a usage error never waits for a server. Only where no API is configured and a temporary
-    server is allowed; a start that fails here is retried, and its error reported, by the flow
-    run."""
-    from prefect.settings import get_current_settings
-
-    settings = get_current_settings()
-    if settings.api.url or not settings.server.ephemeral.enabled:
-        yield
-        return
-
-    def start() -> None:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        with contextlib.suppress(Exception):
-            SubprocessASGIServer().start()  # the instance Prefect's client starts and reuses
-
-    starting = threading.Thread(target=start, daemon=True)
-    starting.start()
-    try:
-        yield
-    finally:
-        starting.join()
-
-
 def retrain_parameters(
     preset: str,
     train: list[Path] | None,
@@ -507,7 +427,7 @@ def retrain_parameters(
     from toolgrpo.flows.retrain_parameters import BASE_RECIPE, FLOW_FIELDS, RetrainOverrides
     from toolgrpo.schemas.catalogue import load_catalogue
     from toolgrpo.schemas.errors import validation_problems
-    from toolgrpo.training.config import load_preset
+    from toolgrpo.training.overrides import load_preset
 
     overrides = config_overrides(set_)
     if owned := sorted(overrides.keys() & FLOW_FIELDS.keys()):
@@ -654,15 +574,6 @@ FLOW_COMMANDS = (
 )
 
 
-class _NoTracebacks(logging.Filter):
-    """Drops, on the terminal only, Prefect's log of an exception a flow or task raised: the
-    command prints one line for each error it expects, and Python shows the traceback of any
-    other. The Prefect API still gets the whole log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.exc_info is None
-
-
 def main(tokens: Sequence[str] | None = None) -> None:
     """Console-script entry point: the command's return value is the exit status (2 for a usage
     error). A command that runs flows first checks, in seconds, that the Prefect API answers;
@@ -678,13 +589,7 @@ def main(tokens: Sequence[str] | None = None) -> None:
             say(f"toolgrpo: {problem}", error=True)
             sys.exit(2)
         if command is not serve:
-            from prefect.logging.configuration import ensure_logging_setup
-            from prefect.logging.handlers import PrefectConsoleHandler
-
-            ensure_logging_setup()
-            for handler in logging.getLogger().handlers:
-                if isinstance(handler, PrefectConsoleHandler):
-                    handler.addFilter(_NoTracebacks())
+            hide_tracebacks_on_console()
     try:
         status = command(*bound.args, **bound.kwargs)
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from prefect.exceptions import ObjectNotFound
 
 from toolgrpo.flows.data_quality import data_quality
 from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, retrain
-from toolgrpo.training.config import load_preset
+from toolgrpo.training.overrides import load_preset
 
 NIGHTLY_CRON = "0 2 * * *"  # 02:00 every night; unchanged data hits the training cache
 DATA_QUALITY_INTERVAL_S = 3600

@@ -21,10 +21,10 @@ from pydantic import Field
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, PredictionMode, evaluation_rows
 from toolgrpo.flows.retrain_parameters import RetrainOverrides
-from toolgrpo.reporting.files import replace_file
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.reporting.run_report import before_after_rows
 from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, load_catalogue
+from toolgrpo.schemas.files import replace_file
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.tasks.audit import cross_fitted_audit
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
@@ -34,8 +34,9 @@ from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, t
 from toolgrpo.tasks.train import StageResult, fingerprint, train_stage
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training import Preset
-from toolgrpo.training.config import TrainConfig, load_preset
+from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import read_metrics
+from toolgrpo.training.overrides import load_preset
 
 CATALOGUE_FILE = "catalogue.json"
 SHIPPED_EVAL_FILES = [

@@ -3,7 +3,7 @@ checks its arguments against them before it imports the flow (and starts a Prefe
 
 from __future__ import annotations
 
-from toolgrpo.training.config import overrides_model
+from toolgrpo.training.overrides import overrides_model
 
 # Training config fields the flow sets itself, and the parameter that sets each.
 FLOW_FIELDS = {

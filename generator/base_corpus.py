@@ -31,8 +31,8 @@ from typing import Any, NamedTuple
 from toolgrpo.generator.build import ScenarioBuilder
 from toolgrpo.generator.numeracy import build_exercises
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.figures import figures_in
 from toolgrpo.schemas.samples import normalise_prompt
-from toolgrpo.validation.context import figures_in
 
 FIGURE_SEPARATOR = " · "
 

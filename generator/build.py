@@ -25,8 +25,7 @@ from toolgrpo.generator.scenarios import PATTERNS
 from toolgrpo.generator.slots import Slots, draw_slots
 from toolgrpo.generator.steps import Step, planted_check_first, single_step
 from toolgrpo.schemas.catalogue import Catalogue, load_catalogue
-from toolgrpo.schemas.samples import normalise_prompt
-from toolgrpo.validation.wording import request_text
+from toolgrpo.schemas.samples import normalise_prompt, request_text
 
 Split = Literal["train", "eval"]
 Kind = Literal["single", "multi"]

@@ -5,7 +5,7 @@ Categories, in order of severity for annotators:
   or near-identical requests (same template; for later steps, the same history) carry different
   labels and the wording favours neither;
 - `label inconsistency`: the label contradicts its own context — its thought or plan, the
-  scenario's other steps, the figures its condition depends on (`validation.context`, the rules
+  scenario's other steps, the figures its condition depends on (`validation.label_rules`, the rules
   the data gate warns with). Decided first, and such a label is no evidence against its
   near-identical neighbours: one mislabelled row does not make the rows around it conflicts;
 - `label ambiguity`: the request's wording supports another tool and not the label (per-tool
@@ -39,13 +39,12 @@ from toolgrpo.mining.evidence import request_template
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.schemas.predictions import probability_columns
-from toolgrpo.schemas.samples import normalised_prompt
-from toolgrpo.validation.context import LabelInconsistency
+from toolgrpo.schemas.samples import normalised_prompt, request_text
+from toolgrpo.validation.label_rules import LabelInconsistency
 from toolgrpo.validation.wording import (
     keyword_hits,
     keyword_patterns,
     mask_identifiers,
-    request_text,
 )
 
 # The model is "confident" in a tool it was not taught when it gives it at least this probability.

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
+from toolgrpo.schemas.figures import AMOUNT
 from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER
-from toolgrpo.validation.context import AMOUNT
 from toolgrpo.validation.wording import mask_identifiers
 
 

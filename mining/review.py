@@ -13,9 +13,9 @@ from pathlib import Path
 import polars as pl
 
 from toolgrpo.mining.report import REVIEW_COLUMNS
-from toolgrpo.reporting.files import cell_text
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
-from toolgrpo.schemas.completion import first_json_object
+from toolgrpo.schemas.completion import first_json_object, written_action
+from toolgrpo.schemas.files import cell_text
 from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.validation.gate import schema_failures
@@ -108,10 +108,10 @@ def _override(cells: dict[str, str], catalogue: Catalogue) -> LabelOverride | tu
         return DECISION_KNOWN, f"{named} is not a tool of data/tools.json (or {KEEP!r})"
     solution = (cells["proposed_solution"] or None) if tool != label else None
     parsed = first_json_object(solution) if solution else None
-    action = parsed.get("action") if parsed else None
-    if not isinstance(action, dict) or action.get("tool") != tool:
+    proposed = written_action(parsed)
+    if proposed.tool != tool:
         solution = None  # an answer for another tool: not the reviewer's decision
-    elif (error := catalogue.params_error(tool, action.get("params"))) is not None:
+    elif (error := catalogue.params_error(tool, proposed.params)) is not None:
         return PROPOSED_SOLUTION_VALID, f"proposed_solution params: {error}"
     return LabelOverride(
         id=cells["id"],

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from toolgrpo.evaluation.metrics import Headline
 from toolgrpo.reporting.markdown import percent
+from toolgrpo.schemas.run import Headline
 
 
 class Goal(BaseModel):

@@ -4,10 +4,9 @@ where the full report is."""
 
 from __future__ import annotations
 
-from toolgrpo.evaluation.metrics import Headline
 from toolgrpo.reporting.expectations import goal_lines, preset_note
 from toolgrpo.reporting.markdown import markdown_table, markdown_text, percent
-from toolgrpo.schemas.run import RunSummary
+from toolgrpo.schemas.run import Headline, RunSummary
 
 
 def _change(before: float | None, after: float | None) -> str:

@@ -14,9 +14,10 @@ from matplotlib.ticker import MaxNLocator
 
 from toolgrpo.ablation.arms import ARMS, METRICS, START_LABELS
 from toolgrpo.ablation.summary import AblationSummary
-from toolgrpo.evaluation.metrics import EvalMetrics, Headline
-from toolgrpo.reporting.files import replace_file
+from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.reporting.run_report import stage_rows
+from toolgrpo.schemas.files import replace_file
+from toolgrpo.schemas.run import Headline
 
 
 def plot_rewards(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:

@@ -9,13 +9,13 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 
-from toolgrpo.evaluation.metrics import EvalMetrics, Headline
+from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
 from toolgrpo.reporting.expectations import preset_note
 from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text, percent
 from toolgrpo.reporting.mining import findings_markdown
-from toolgrpo.schemas.run import RunSummary
+from toolgrpo.schemas.run import Headline, RunSummary
 
 
 def stage_rows(

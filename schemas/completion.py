@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +43,23 @@ def first_json_object(text: object) -> dict[str, Any] | None:
             return value
         start = text.find("{", start + 1)
     return None
+
+
+class WrittenAction(NamedTuple):
+    """An answer's action as written: its tool (None unless a string) and params (as given)."""
+
+    tool: str | None
+    params: Any
+
+
+def written_action(answer: object) -> WrittenAction:
+    """The action of a parsed answer (`first_json_object`'s dict, or None): the one reader of a
+    completion's or label's tool and params, for reward, metrics, rules and review alike."""
+    action = answer.get("action") if isinstance(answer, dict) else None
+    if not isinstance(action, dict):
+        return WrittenAction(None, None)
+    tool = action.get("tool")
+    return WrittenAction(tool if isinstance(tool, str) else None, action.get("params"))
 
 
 def completion_text(completion: object) -> str:

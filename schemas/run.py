@@ -7,7 +7,52 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from toolgrpo.evaluation.metrics import Headline
+# The pooled rates of `Headline`, in table order.
+POOLED = ("overall", "single", "multi", "condition_fails", "condition_holds", "scenario")
+
+
+def step_row(step: int) -> str:
+    """The row name of a step's accuracy: `step 2`."""
+    return f"step {step}"
+
+
+class Headline(BaseModel):
+    """The numbers a before/after table shows (tool accuracy)."""
+
+    overall: float | None
+    single: float | None
+    multi: float | None
+    condition_fails: float | None = Field(
+        description="conditional steps whose condition fails (reply instead of acting)"
+    )
+    condition_holds: float | None = Field(
+        description="conditional steps whose condition holds (act); needs `condition` labels"
+    )
+    scenario: float | None = Field(description="multi-step scenarios with every step right")
+    by_step: dict[int, float | None]
+    by_source: dict[str, float | None] = Field(
+        default_factory=dict, description="per data file, e.g. `eval/unseen_phrasing`"
+    )
+    by_condition: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="conditional steps per data file, comparison kind and branch, by "
+        "`condition_row` (`eval/multistep · order cost fails`)",
+    )
+    n: dict[str, int] = Field(
+        default_factory=dict,
+        description="rows evaluated behind each number, by its name in `rows()` (scenarios for "
+        "`scenario`)",
+    )
+
+    def rows(self) -> dict[str, float | None]:
+        """Every number by its row name, in table order: the pooled rates, `step N`, conditional
+        steps by file, kind and branch, data files."""
+        return {
+            **{name: getattr(self, name) for name in POOLED},
+            **{step_row(step): value for step, value in sorted(self.by_step.items())},
+            **self.by_condition,
+            **self.by_source,
+        }
 
 
 class ZeroStdGroups(BaseModel):

@@ -9,6 +9,8 @@ null for malformed JSON where `str.json_decode` raises, so one bad row never hid
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 
 import pandera.polars as pa
 import polars as pl
@@ -23,6 +25,8 @@ LANGS = ("en", "zh")
 # A conditional step's branch: the condition the request sets for acting holds (act) or fails
 # (reply with `respond` instead).
 CONDITIONS = ("holds", "fails")
+# The `condition` column of rows that carry no condition labels (an optional column).
+NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 MAX_PROMPT_CHARS = 4_000
 # A completion of the longest preset (350 tokens) is ~1,500 characters; the shipped solutions are
 # at most ~300. Longer text is a broken export, not a label, and would bloat every report.
@@ -30,7 +34,16 @@ MAX_SOLUTION_CHARS = 4_000
 MAX_ID_CHARS = 200
 # One executed step in a step-k prompt's history, after a blank line and `Previous steps:`.
 PREVIOUS_STEPS_HEADER = "\n\nPrevious steps:\n"
-PREVIOUS_STEP_LINE = r"(?m)^Step \d+: \S+ → "
+
+
+def history_line_pattern(tool: str = r"\S+") -> str:
+    """The regex of one `Step k: <tool> → <observation>` line of a prompt's history (groups
+    `step`, `tool`, `observation`) for the tools `tool` matches (any, by default)."""
+    return rf"(?m)^Step (?P<step>\d+): (?P<tool>{tool}) → (?P<observation>.*)$"
+
+
+PREVIOUS_STEP_LINE = history_line_pattern()
+HISTORY_LINE = re.compile(PREVIOUS_STEP_LINE)
 # json_path_match re-serialises compactly, so a JSON list of strings has exactly this shape.
 COMPACT_STRING_LIST = r'^\[(?:"(?:[^"\\]|\\.)*"(?:,"(?:[^"\\]|\\.)*")*)?\]$'
 
@@ -416,3 +429,26 @@ FAILURE_DETAILS: dict[str, pl.Expr] = {
         shown_column("params_error"),
     ),
 }
+
+
+def request_text(prompt: str) -> str:
+    """The user's request: the prompt without its `Previous steps:` history."""
+    return prompt.split(PREVIOUS_STEPS_HEADER, 1)[0]
+
+
+@dataclass(frozen=True)
+class ExecutedStep:
+    """One line of a prompt's `Previous steps:` history."""
+
+    tool: str
+    observation: str
+
+
+def split_prompt(prompt: str) -> tuple[str, dict[int, ExecutedStep]]:
+    """A prompt's request and its `Previous steps:` history, by step number."""
+    request, _, history = prompt.partition(PREVIOUS_STEPS_HEADER)
+    steps = {
+        int(step): ExecutedStep(tool, observation)
+        for step, tool, observation in HISTORY_LINE.findall(history)
+    }
+    return request, steps

@@ -29,9 +29,9 @@ from toolgrpo.ablation.summary import AblationSummary
 from toolgrpo.ablation.verdict import write_verdict
 from toolgrpo.evaluation.predict import EvalSettings
 from toolgrpo.reporting.ablation import ablation_markdown, results_table
-from toolgrpo.reporting.files import write_text_file
 from toolgrpo.reporting.plots import plot_learning_curves, png_data_uri
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.files import write_text_file
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import Stage, recorded_key, train_stage

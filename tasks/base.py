@@ -13,7 +13,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from toolgrpo.reporting.files import replace_dir
+from toolgrpo.schemas.files import replace_dir
 from toolgrpo.training.base import BaseCard
 
 CARD_JSON = "base_card.json"

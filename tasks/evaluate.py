@@ -22,9 +22,9 @@ from toolgrpo.evaluation.device import eval_device
 from toolgrpo.evaluation.metrics import EvalMetrics, compute_metrics
 from toolgrpo.evaluation.predict import DEFAULT_SETTINGS, EvalSettings, PredictionMode, predict
 from toolgrpo.reporting.evaluation import metrics_markdown, metrics_tables
-from toolgrpo.reporting.files import replace_file, write_text_file
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.files import replace_file, write_text_file
 from toolgrpo.tasks.progress import update_progress
 from toolgrpo.training.metrics import progress_line
 

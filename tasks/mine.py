@@ -14,9 +14,9 @@ from prefect.cache_policies import NO_CACHE
 
 from toolgrpo.mining.report import MiningReport, mine_errors, review_queue
 from toolgrpo.mining.review import ReviewError, merged_overrides
-from toolgrpo.reporting.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.validation.loader import read_overrides
 

@@ -24,7 +24,6 @@ from pydantic import BaseModel
 from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
-from toolgrpo.reporting.files import write_text_file
 from toolgrpo.reporting.headline import headline_markdown
 from toolgrpo.reporting.plots import (
     plot_accuracy,
@@ -39,6 +38,7 @@ from toolgrpo.reporting.run_report import (
     report_html,
     report_markdown,
 )
+from toolgrpo.schemas.files import write_text_file
 from toolgrpo.schemas.run import RunSummary
 
 PLOTS_DIR = "plots"

@@ -38,7 +38,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from toolgrpo import training
-from toolgrpo.reporting.files import write_text_file
+from toolgrpo.schemas.files import write_text_file
 from toolgrpo.tasks.progress import update_progress
 from toolgrpo.training.config import (
     CONFIG_FILENAME,

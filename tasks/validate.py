@@ -24,9 +24,9 @@ from toolgrpo.reporting.data_quality import (
     failure_records,
     render_markdown,
 )
-from toolgrpo.reporting.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
+from toolgrpo.schemas.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.schemas.samples import CONTRACT_COLUMNS
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.validation import gate

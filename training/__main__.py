@@ -19,16 +19,11 @@ import torch
 import transformers
 
 from toolgrpo.training.base import run_base
-from toolgrpo.training.config import (
-    CONFIG_FILENAME,
-    ConfigError,
-    TrainConfig,
-    load_preset,
-    read_config,
-)
-from toolgrpo.training.device import place_here
+from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, TrainConfig
+from toolgrpo.training.device import place_here, stage_threads
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.model import BaseModelError
+from toolgrpo.training.overrides import load_preset, read_config
 from toolgrpo.training.samples import SamplesError
 from toolgrpo.training.sft import run_sft
 
@@ -81,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config.for_stage(args.stage)
         if note is not None:
             print(f"device: {note}", flush=True)
-        if config.runtime.torch_threads is not None:
-            torch.set_num_threads(config.runtime.torch_threads)
+        torch.set_num_threads(stage_threads(config.runtime))
         if args.stage == "sft":
             model_dir = run_sft(args.run_dir, config)
         elif args.stage == "base":

@@ -4,12 +4,12 @@ The ground-truth reward pays a conditional step ("transfer if the balance covers
 labelled tool alone, so a completion that guesses the branch earns as much as one that read the
 figures. This component pays only a completion whose thought states both figures the condition
 compares — the balance and the amount (or quantity × price), the quote and the limit, by value,
-as `validation.context.amounts_in` reads them — and whose action is the branch those figures
+as `schemas.figures.amounts_in` reads them — and whose action is the branch those figures
 imply (a reply when they do not meet the condition). The figures and the verdict come from the
-prompt (`validation.context.condition_verdict`, the rule the data gate checks labels with), never
-from the label. A step without a condition, or whose figures do not parse, has nothing to check
-and earns the full points, so the reward's maximum stays reachable for every prompt (NGRPO's
-virtual sample is scored at that maximum).
+prompt (`validation.label_rules.condition_verdict`, the rule the data gate checks labels
+with), never from the label. A step without a condition, or whose figures do not parse, has
+nothing to check and earns the full points, so the reward's maximum stays reachable for every
+prompt (NGRPO's virtual sample is scored at that maximum).
 
 TRL's reward signature; it reads the dataset's `request` (the prompt as written, before the chat
 template) and `condition` columns, which `training.grpo` adds.
@@ -21,9 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolgrpo.schemas.catalogue import Catalogue
-from toolgrpo.schemas.completion import completion_text, first_json_object
+from toolgrpo.schemas.completion import completion_text, first_json_object, written_action
+from toolgrpo.schemas.figures import amounts_in
+from toolgrpo.schemas.samples import split_prompt
 from toolgrpo.training.rewards import DEFAULT_WEIGHTS, RewardWeights
-from toolgrpo.validation.context import REPLY_TOOL, amounts_in, condition_verdict, split_prompt
+from toolgrpo.validation.label_rules import REPLY_TOOL, condition_verdict
 
 
 def _cents(value: float) -> int:
@@ -40,9 +42,8 @@ def stated_comparison(
     if verdict is None:
         return None
     parsed = first_json_object(completion_text(completion)) or {}
-    thought, action = parsed.get("thought"), parsed.get("action")
-    tool = action.get("tool") if isinstance(action, dict) else None
-    if not isinstance(thought, str) or not isinstance(tool, str):
+    thought, tool = parsed.get("thought"), written_action(parsed).tool
+    if not isinstance(thought, str) or tool is None:
         return False, False
     stated = {_cents(amount.value) for amount in amounts_in(thought)}
     figures_stated = all(_cents(figure) in stated for figure in verdict.compared)

@@ -22,10 +22,11 @@ from trl import SFTConfig
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.base_corpus import Passage, base_corpus
-from toolgrpo.reporting.files import write_text_file
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.files import write_text_file
 from toolgrpo.training.chat import chat_messages, chat_prompt
 from toolgrpo.training.config import TrainConfig
+from toolgrpo.training.device import stage_threads
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback, read_metrics
 from toolgrpo.training.samples import read_samples
 from toolgrpo.training.sft import SFTTrainerSeeded, initial_model
@@ -239,5 +240,5 @@ def base_card(config: TrainConfig, stage_dir: Path, key: str, command: str) -> B
         final_loss=losses[-1]["loss"] if losses else float("nan"),
         weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
         versions={name: version(name) for name in ("torch", "transformers", "trl")},
-        torch_threads=config.runtime.torch_threads,
+        torch_threads=stage_threads(config.runtime),
     )

@@ -12,10 +12,11 @@ trained (what evaluation follows).
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from toolgrpo.training.config import ConfigError, TrainConfig, accelerate_engine
+from toolgrpo.training.config import ConfigError, RuntimeSection, TrainConfig, accelerate_engine
 
 
 class Placement(NamedTuple):
@@ -23,6 +24,21 @@ class Placement(NamedTuple):
 
     config: TrainConfig
     note: str | None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's or a scheduler's share, not
+    the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on macOS or Windows
+        return os.cpu_count() or 1
+
+
+def stage_threads(runtime: RuntimeSection) -> int:
+    """Torch threads for each process of a stage: `runtime.torch_threads`, or the usable CPUs
+    shared among the stage's processes (2 cores: one process of 2 threads, or 2 of 1)."""
+    return runtime.torch_threads or max(1, usable_cpus() // runtime.num_processes)
 
 
 def is_installed(package: str) -> bool:

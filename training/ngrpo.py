@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd
 
+from toolgrpo.training.config import Scope, ZeroStdOn
 from toolgrpo.training.rewards import tool_reward
 
 logger = logging.getLogger(__name__)
 
-Scope = Literal["none", "zero_std", "all"]
 SCOPES: tuple[str, ...] = get_args(Scope)
-ZeroStdOn = Literal["total", "tool"]
 ZERO_STD_ON: tuple[str, ...] = get_args(ZeroStdOn)
 # The reward function whose scores `ngrpo_zero_std_on="tool"` reads, by TRL's name for it.
 TOOL_COMPONENT = tool_reward.__name__

@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
-from toolgrpo.schemas.completion import completion_text, first_json_object
+from toolgrpo.schemas.completion import completion_text, first_json_object, written_action
+from toolgrpo.validation.wording import catalogue_tools, thought_action_consistent
 
 # case study: LOGIC_KEYWORDS. English matched case-insensitively as whole words, Chinese anywhere.
 LOGIC_WORDS_EN = (
@@ -37,25 +38,6 @@ _LOGIC_WORD = re.compile(
     r"\b(?:" + "|".join(re.escape(w) for w in LOGIC_WORDS_EN) + r")\b|" + "|".join(LOGIC_WORDS_ZH),
     re.IGNORECASE,
 )
-# Markers of the step a thought commits to, strongest first: "now" (a later step may recall what
-# was done first), "first" (step 1 announces its order), then the words that move on to a
-# following step ("deposit done, then transfer", "因为余额不足，所以无法转账").
-_STEP_MARKERS = (
-    re.compile(r"\b(?:now|next)\b|现在|接下来|下一步", re.IGNORECASE),
-    re.compile(r"\bfirst(?:ly)?\b|首先|先", re.IGNORECASE),
-    re.compile(r"\b(?:then|so|therefore)\b|然后|再|接着|所以|因此", re.IGNORECASE),
-)
-# Clauses end at punctuation and start at a word that moves on to a following step.
-_CLAUSE_BREAK = re.compile(
-    r"[,.;:!?\n，。；：！？、]|(?=\b(?:then|so|therefore)\b|然后|再|接着|所以|因此)", re.IGNORECASE
-)
-# A keyword right after a negation names what the thought will not do.
-_NEGATION_BEFORE = re.compile(
-    r"(?:不能|不可以|无法|没法|不|\b(?:cannot|can't|can not|won't|unable to|not|don't))\s*$",
-    re.IGNORECASE,
-)
-# Phrases that contain a keyword but name no tool ("in order to" is not an order).
-_NOT_A_TOOL = ("in order to",)
 
 
 def _points(default: float, description: str) -> Any:
@@ -110,60 +92,13 @@ class RewardBreakdown(NamedTuple):
         return round(self.tool + self.params + self.reasoning, 6)
 
 
-class _KeywordScanner(NamedTuple):
-    pattern: re.Pattern[str]
-    tools_by_keyword: dict[str, set[str]]
-
-
-@cache
-def _keyword_scanner(catalogue: Catalogue) -> _KeywordScanner:
-    """One pattern over every tool's catalogue keywords (en and zh), longest first.
-
-    Longest first makes overlapping keywords name the more specific tool: 股价 (get_quote)
-    before 股 (place_order), "not enough" (respond) before "enough" (check_balance).
-    """
-    tools_by_keyword: dict[str, set[str]] = {phrase: set() for phrase in _NOT_A_TOOL}
-    english: set[str] = set(_NOT_A_TOOL)
-    for tool in catalogue.tools:
-        for language in ("en", "zh"):
-            for word in tool.keywords.texts(language):
-                tools_by_keyword.setdefault(word.lower(), set()).add(tool.name)
-                if language == "en":
-                    english.add(word.lower())
-    alternatives = [
-        (r"\b" if word in english else "") + re.escape(word)
-        for word in sorted(tools_by_keyword, key=len, reverse=True)
-    ]
-    return _KeywordScanner(re.compile("|".join(alternatives), re.IGNORECASE), tools_by_keyword)
-
-
-def tool_keywords(catalogue: Catalogue) -> dict[str, frozenset[str]]:
-    """Per tool, the keywords (lower-cased) whose occurrence names it (`_tools_named`)."""
-    words: dict[str, set[str]] = {name: set() for name in catalogue.names}
-    for word, tools in _keyword_scanner(catalogue).tools_by_keyword.items():
-        for tool in tools:
-            words[tool].add(word)
-    return {tool: frozenset(found) for tool, found in words.items()}
-
-
-@cache
-def _tool_names(catalogue: Catalogue) -> frozenset[str]:
-    return frozenset(catalogue.names)
-
-
-def _action_tool(answer: object) -> str | None:
-    action = answer.get("action") if isinstance(answer, dict) else None
-    tool = action.get("tool") if isinstance(action, dict) else None
-    return tool if isinstance(tool, str) else None
-
-
 @lru_cache(maxsize=4096)  # a batch repeats each solution num_generations times
 def _labelled_tool(solution: str) -> str | None:
-    return _action_tool(first_json_object(solution))
+    return written_action(first_json_object(solution)).tool
 
 
 def _expected_tool(solution: object) -> str | None:
-    return _labelled_tool(solution) if isinstance(solution, str) else _action_tool(solution)
+    return _labelled_tool(solution) if isinstance(solution, str) else written_action(solution).tool
 
 
 def score_completion(
@@ -178,10 +113,8 @@ def score_completion(
     if parsed is None:
         return RewardBreakdown(0.0, 0.0, 0.0)
     catalogue = catalogue or default_catalogue()
-    action = parsed.get("action")
-    action = action if isinstance(action, dict) else {}
-    tool = action.get("tool")
-    tool = tool if isinstance(tool, str) and tool in _tool_names(catalogue) else None
+    tool, params = written_action(parsed)
+    tool = tool if tool in catalogue_tools(catalogue) else None
 
     if tool is None:
         tool_points = 0.0
@@ -190,7 +123,6 @@ def score_completion(
     else:
         tool_points = weights.valid_wrong_tool
 
-    params = action.get("params")
     params_ok = isinstance(params, dict) and catalogue.params_valid(tool, params)
     params_points = weights.params if tool is not None and params_ok else 0.0
 
@@ -204,58 +136,6 @@ def score_completion(
     if isinstance(plan, list) and plan and all(isinstance(s, str) and s.strip() for s in plan):
         reasoning_points += weights.plan
     return RewardBreakdown(tool_points, params_points, round(reasoning_points, 6))
-
-
-def _tools_named(text: str, catalogue: Catalogue) -> set[str]:
-    """Tools whose keywords occur in `text`, except negated ones ("不能转账" names no transfer)."""
-    scanner = _keyword_scanner(catalogue)
-    return {
-        tool
-        for found in scanner.pattern.finditer(text)
-        if not _NEGATION_BEFORE.search(text, max(0, found.start() - 12), found.start())
-        for tool in scanner.tools_by_keyword[found.group().lower()]
-    }
-
-
-def _announced_tools(thought: str, catalogue: Catalogue) -> set[str]:
-    """The tools the thought commits to now (see `thought_action_consistent`)."""
-    clauses = _CLAUSE_BREAK.split(thought)
-    for marker in _STEP_MARKERS:
-        marked = next((i for i, clause in enumerate(clauses) if marker.search(clause)), None)
-        if marked is None:
-            continue
-        # "First, check the balance": the step's tool may sit in the clause after the marker.
-        for clause in clauses[marked:]:
-            if named := _tools_named(clause, catalogue):
-                return named
-    return _tools_named(thought, catalogue)
-
-
-def thought_action_consistent(completion: object, catalogue: Catalogue | None = None) -> bool:
-    """Does the action carry out the step the thought announces (read with the keywords of
-    `catalogue`, default the shipped one)? Unparseable → False.
-
-    The rule: split the thought into clauses (at punctuation, and before "then"/然后/再/所以 …);
-    the current step is the first clause marked "now"/"next"/现在/接下来, else "first"/先/首先,
-    else "then"/"so"/然后/再/所以 (or, if that clause names no tool, the next one that does). A
-    clause names the tools whose catalogue keywords (en/zh) occur in it, longest keyword first.
-    Without a marker, every tool the thought names counts. Thought and action agree when the
-    thought names no tool or names the action's tool. The case study's failure, "需要先查余额"
-    (check the balance first) with action transfer_funds, announces check_balance: False.
-    """
-    parsed = first_json_object(completion_text(completion))
-    if parsed is None:
-        return False
-    thought = parsed.get("thought")
-    action = parsed.get("action")
-    tool = action.get("tool") if isinstance(action, dict) else None
-    if not (isinstance(thought, str) and thought.strip() and isinstance(tool, str)):
-        return False
-    catalogue = catalogue or default_catalogue()
-    if tool not in _tool_names(catalogue):
-        return False
-    announced = _announced_tools(thought, catalogue)
-    return not announced or tool in announced
 
 
 def _log_consistency(
@@ -275,7 +155,8 @@ def _log_tool_accuracy(
     log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
     if log_metric is not None and completions:
         right = sum(
-            expected is not None and _action_tool(first_json_object(completion_text(c))) == expected
+            expected is not None
+            and written_action(first_json_object(completion_text(c))).tool == expected
             for c, expected in zip(completions, map(_expected_tool, solution), strict=True)
         )
         log_metric("tool_accuracy", right / len(completions))

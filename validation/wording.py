@@ -8,18 +8,16 @@ then each tool's keywords matched.
 from __future__ import annotations
 
 import re
+from functools import cache
+from typing import NamedTuple
 
-from toolgrpo.schemas.catalogue import Catalogue
-from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.schemas.completion import completion_text, first_json_object, written_action
+from toolgrpo.schemas.figures import ACCOUNT, IDENTIFIER
 
 # An English keyword of several words also matches with up to this many words between them
 # (separable phrasal verbs: "take 100 rupees out", "put 9,000 in").
 PHRASAL_GAP_WORDS = 3
-
-
-def request_text(prompt: str) -> str:
-    """The user's request: the prompt without its `Previous steps:` history."""
-    return prompt.split(PREVIOUS_STEPS_HEADER, 1)[0]
 
 
 def _keyword_pattern(keyword: str) -> str:
@@ -51,9 +49,6 @@ def keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str
     return hits
 
 
-ACCOUNT = re.compile(r"ACC\d{3}")
-# Stock symbols and named accounts (AAPL, CHECKING) are upper-case slot values, not wording.
-IDENTIFIER = re.compile(r"(?<![A-Za-z])[A-Z]+(?![A-Za-z])")
 # ... and so are the same accounts written out: "my checking account" names no check_balance.
 _NAMED_ACCOUNT = re.compile(r"\b(?:checking|savings|brokerage|wealth) account\b", re.IGNORECASE)
 
@@ -61,3 +56,116 @@ _NAMED_ACCOUNT = re.compile(r"\b(?:checking|savings|brokerage|wealth) account\b"
 def mask_identifiers(text: str) -> str:
     """`text` with accounts and upper-case identifiers replaced by placeholders."""
     return IDENTIFIER.sub("<id>", _NAMED_ACCOUNT.sub("<acc>", ACCOUNT.sub("<acc>", text)))
+
+
+# Markers of the step a thought commits to, strongest first: "now" (a later step may recall what
+# was done first), "first" (step 1 announces its order), then the words that move on to a
+# following step ("deposit done, then transfer", "因为余额不足，所以无法转账").
+_STEP_MARKERS = (
+    re.compile(r"\b(?:now|next)\b|现在|接下来|下一步", re.IGNORECASE),
+    re.compile(r"\bfirst(?:ly)?\b|首先|先", re.IGNORECASE),
+    re.compile(r"\b(?:then|so|therefore)\b|然后|再|接着|所以|因此", re.IGNORECASE),
+)
+# Clauses end at punctuation and start at a word that moves on to a following step.
+_CLAUSE_BREAK = re.compile(
+    r"[,.;:!?\n，。；：！？、]|(?=\b(?:then|so|therefore)\b|然后|再|接着|所以|因此)", re.IGNORECASE
+)
+# A keyword right after a negation names what the thought will not do.
+_NEGATION_BEFORE = re.compile(
+    r"(?:不能|不可以|无法|没法|不|\b(?:cannot|can't|can not|won't|unable to|not|don't))\s*$",
+    re.IGNORECASE,
+)
+# Phrases that contain a keyword but name no tool ("in order to" is not an order).
+_NOT_A_TOOL = ("in order to",)
+
+
+class _KeywordScanner(NamedTuple):
+    pattern: re.Pattern[str]
+    tools_by_keyword: dict[str, set[str]]
+
+
+@cache
+def _keyword_scanner(catalogue: Catalogue) -> _KeywordScanner:
+    """One pattern over every tool's catalogue keywords (en and zh), longest first.
+
+    Longest first makes overlapping keywords name the more specific tool: 股价 (get_quote)
+    before 股 (place_order), "not enough" (respond) before "enough" (check_balance).
+    """
+    tools_by_keyword: dict[str, set[str]] = {phrase: set() for phrase in _NOT_A_TOOL}
+    english: set[str] = set(_NOT_A_TOOL)
+    for tool in catalogue.tools:
+        for language in ("en", "zh"):
+            for word in tool.keywords.texts(language):
+                tools_by_keyword.setdefault(word.lower(), set()).add(tool.name)
+                if language == "en":
+                    english.add(word.lower())
+    alternatives = [
+        (r"\b" if word in english else "") + re.escape(word)
+        for word in sorted(tools_by_keyword, key=len, reverse=True)
+    ]
+    return _KeywordScanner(re.compile("|".join(alternatives), re.IGNORECASE), tools_by_keyword)
+
+
+def tool_keywords(catalogue: Catalogue) -> dict[str, frozenset[str]]:
+    """Per tool, the keywords (lower-cased) whose occurrence names it (`_tools_named`)."""
+    words: dict[str, set[str]] = {name: set() for name in catalogue.names}
+    for word, tools in _keyword_scanner(catalogue).tools_by_keyword.items():
+        for tool in tools:
+            words[tool].add(word)
+    return {tool: frozenset(found) for tool, found in words.items()}
+
+
+@cache
+def catalogue_tools(catalogue: Catalogue) -> frozenset[str]:
+    """The catalogue's tool names as a set (looked up once per completion)."""
+    return frozenset(catalogue.names)
+
+
+def _tools_named(text: str, catalogue: Catalogue) -> set[str]:
+    """Tools whose keywords occur in `text`, except negated ones ("不能转账" names no transfer)."""
+    scanner = _keyword_scanner(catalogue)
+    return {
+        tool
+        for found in scanner.pattern.finditer(text)
+        if not _NEGATION_BEFORE.search(text, max(0, found.start() - 12), found.start())
+        for tool in scanner.tools_by_keyword[found.group().lower()]
+    }
+
+
+def _announced_tools(thought: str, catalogue: Catalogue) -> set[str]:
+    """The tools the thought commits to now (see `thought_action_consistent`)."""
+    clauses = _CLAUSE_BREAK.split(thought)
+    for marker in _STEP_MARKERS:
+        marked = next((i for i, clause in enumerate(clauses) if marker.search(clause)), None)
+        if marked is None:
+            continue
+        # "First, check the balance": the step's tool may sit in the clause after the marker.
+        for clause in clauses[marked:]:
+            if named := _tools_named(clause, catalogue):
+                return named
+    return _tools_named(thought, catalogue)
+
+
+def thought_action_consistent(completion: object, catalogue: Catalogue | None = None) -> bool:
+    """Does the action carry out the step the thought announces (read with the keywords of
+    `catalogue`, default the shipped one)? Unparseable → False.
+
+    The rule: split the thought into clauses (at punctuation, and before "then"/然后/再/所以 …);
+    the current step is the first clause marked "now"/"next"/现在/接下来, else "first"/先/首先,
+    else "then"/"so"/然后/再/所以 (or, if that clause names no tool, the next one that does). A
+    clause names the tools whose catalogue keywords (en/zh) occur in it, longest keyword first.
+    Without a marker, every tool the thought names counts. Thought and action agree when the
+    thought names no tool or names the action's tool. The case study's failure, "需要先查余额"
+    (check the balance first) with action transfer_funds, announces check_balance: False.
+    """
+    parsed = first_json_object(completion_text(completion))
+    if parsed is None:
+        return False
+    thought, tool = parsed.get("thought"), written_action(parsed).tool
+    if not (isinstance(thought, str) and thought.strip() and tool is not None):
+        return False
+    catalogue = catalogue or default_catalogue()
+    if tool not in catalogue_tools(catalogue):
+        return False
+    announced = _announced_tools(thought, catalogue)
+    return not announced or tool in announced

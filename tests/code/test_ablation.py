@@ -26,13 +26,9 @@ from toolgrpo.flows.ablation import PARAMS_FILE, parse_params, run_ablation
 from toolgrpo.reporting.ablation import ablation_markdown
 from toolgrpo.reporting.plots import CURVES, learning_curves, plot_learning_curves
 from toolgrpo.schemas.run import ZeroStdGroups
-from toolgrpo.training.config import (
-    CONFIG_FILENAME,
-    TrainConfig,
-    load_preset,
-    overridable_fields,
-)
+from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics, training_seconds
+from toolgrpo.training.overrides import load_preset, overridable_fields
 from toolgrpo.validation.gate import DataGateFailed
 
 

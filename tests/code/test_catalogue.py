@@ -18,11 +18,12 @@ from toolgrpo.schemas.catalogue import (
 )
 from toolgrpo.tasks.train import fingerprint
 from toolgrpo.training.chat import system_prompt
-from toolgrpo.training.config import load_preset
 from toolgrpo.training.model import build_tiny
-from toolgrpo.training.rewards import score_completion, thought_action_consistent
+from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.rewards import score_completion
 from toolgrpo.validation.gate import DataGateFailed, validate_samples
 from toolgrpo.validation.loader import load_samples
+from toolgrpo.validation.wording import thought_action_consistent
 
 FREEZE_CARD = {
     "name": "freeze_card",

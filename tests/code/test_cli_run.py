@@ -9,6 +9,7 @@ from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from toolgrpo.flows import cli
+from toolgrpo.flows.prefect_api import temporary_server_starting
 from toolgrpo.flows.retrain import retrain
 
 
@@ -104,7 +105,7 @@ def server_starts(monkeypatch):
 
 
 def test_the_temporary_server_starts_in_the_background_and_the_block_waits_for_it(server_starts):
-    with cli.temporary_server_starting():
+    with temporary_server_starting():
         assert server_starts == []  # the block runs while the server starts
     assert len(server_starts) == 1 and server_starts[0] is not threading.current_thread()
 
@@ -117,6 +118,6 @@ def test_a_usage_error_starts_no_temporary_server(tmp_path, server_starts):
 
 def test_no_temporary_server_starts_where_an_api_is_configured(server_starts):
     api = {PREFECT_API_URL: "http://127.0.0.1:9/api"}
-    with temporary_settings(updates=api), cli.temporary_server_starting():
+    with temporary_settings(updates=api), temporary_server_starting():
         pass
     assert server_starts == []

@@ -13,19 +13,18 @@ import pytest
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
+from toolgrpo.schemas.figures import Amount, amounts_in
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
-from toolgrpo.validation.context import (
+from toolgrpo.validation.context import label_inconsistencies
+from toolgrpo.validation.label_rules import (
     BRANCH_MATCHES_FIGURES,
     PLAN_STARTS_WITH_ACTION,
     STEP_MATCHES_HISTORY,
     STEP_NAMED_BY_REQUEST,
     STEP_NOT_REPEATED,
     THOUGHT_ANNOUNCES_ACTION,
-    Amount,
     LabelInconsistency,
-    amounts_in,
-    label_inconsistencies,
 )
 
 # --- amounts ---------------------------------------------------------------------------------

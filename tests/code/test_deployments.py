@@ -15,7 +15,7 @@ from prefect.utilities.templating import apply_values
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments, failure_automation
 from toolgrpo.flows.retrain import retrain
-from toolgrpo.training.config import load_preset
+from toolgrpo.training.overrides import load_preset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_TEMPLATE = REPO_ROOT / "deploy" / "kubernetes-gpu-job-template.json"

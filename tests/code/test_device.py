@@ -14,9 +14,10 @@ from toolgrpo.evaluation.device import (
     kv_cache_bytes_per_token,
     rows_that_fit,
 )
-from toolgrpo.training.config import ConfigError, load_preset
+from toolgrpo.training.config import ConfigError
 from toolgrpo.training.device import place
 from toolgrpo.training.model import BaseModelError, fit_chat_tokenizer, train_tokenizer
+from toolgrpo.training.overrides import load_preset
 
 EVERYTHING_INSTALLED = {"installed": lambda package: True}
 NOTHING_INSTALLED = {"installed": lambda package: False}

@@ -27,7 +27,7 @@ from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.flows import cli
 from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
-from toolgrpo.reporting.files import replace_dir, write_csv_file
+from toolgrpo.schemas.files import replace_dir, write_csv_file
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine

@@ -23,7 +23,7 @@ from toolgrpo.mining.review import ReviewError, overrides_from_review
 from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine, write_label_overrides
-from toolgrpo.training.config import load_preset
+from toolgrpo.training.overrides import load_preset
 from toolgrpo.validation.wording import keyword_hits, keyword_patterns
 
 PATTERNS = keyword_patterns(CATALOGUE)

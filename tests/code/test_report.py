@@ -8,14 +8,14 @@ import pytest
 from matplotlib.figure import Figure
 from prediction_rows import prediction_row, predictions_frame
 
-from toolgrpo.evaluation.metrics import Headline, compute_metrics
+from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import evaluation_rows
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.reporting.headline import headline_markdown
 from toolgrpo.reporting.run_report import before_after_rows, report_html, report_markdown
-from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
+from toolgrpo.schemas.run import Headline, RunSummary, ZeroStdGroups
 from toolgrpo.tasks.train import fingerprint, training_code
-from toolgrpo.training.config import load_preset
+from toolgrpo.training.overrides import load_preset
 
 
 def _headline(value: float, sources: tuple[str, ...] = ("eval/a", "eval/b")) -> Headline:

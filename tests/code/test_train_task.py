@@ -13,7 +13,10 @@ from prefect.logging import disable_run_logger
 
 import toolgrpo.tasks.progress as progress_module
 from toolgrpo.tasks.train import PER_STEP_RECORD, StageFailed, stage_command, train_stage
-from toolgrpo.training.config import CONFIG_FILENAME, load_preset, trl_accelerate_configs
+from toolgrpo.training import device
+from toolgrpo.training.config import CONFIG_FILENAME, trl_accelerate_configs
+from toolgrpo.training.device import stage_threads
+from toolgrpo.training.overrides import load_preset
 
 
 def test_one_process_runs_python_m_training():
@@ -25,18 +28,23 @@ def _option(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
 
 
-def test_cpu_preset_runs_sft_as_one_process_and_grpo_as_two_one_thread_processes():
+def test_cpu_preset_runs_sft_as_one_process_and_grpo_as_two_processes_sharing_the_cpus(
+    monkeypatch,
+):
     config = load_preset("cpu")
     sft, grpo = config.for_stage("sft"), config.for_stage("grpo")
-    assert (sft.runtime.num_processes, sft.runtime.torch_threads) == (1, 2)
-    assert (grpo.runtime.num_processes, grpo.runtime.torch_threads) == (2, 1)
+    monkeypatch.setattr(device, "usable_cpus", lambda: 2)  # the measured choice on 2 cores
+    assert (sft.runtime.num_processes, stage_threads(sft.runtime)) == (1, 2)
+    assert (grpo.runtime.num_processes, stage_threads(grpo.runtime)) == (2, 1)
+    monkeypatch.setattr(device, "usable_cpus", lambda: 32)  # a bigger worker: every core used
+    assert (stage_threads(sft.runtime), stage_threads(grpo.runtime)) == (32, 16)
     command = stage_command("grpo", Path("/runs/a"), grpo, Path("/models/sft"))
     assert command[1:3] == ["-m", "accelerate.commands.launch"]
     assert _option(command, "--num_processes") == "2"
     # Unset, GRPO runs as the runtime section says.
-    unset = {"runtime.grpo.num_processes": None, "runtime.grpo.torch_threads": None}
+    unset = {"runtime.grpo.num_processes": None, "runtime.torch_threads": 3}
     runtime = config.with_overrides(unset).for_stage("grpo").runtime
-    assert (runtime.num_processes, runtime.torch_threads) == (1, 2)
+    assert (runtime.num_processes, stage_threads(runtime)) == (1, 3)
 
 
 def test_several_processes_go_through_accelerate_launch_with_the_named_config():

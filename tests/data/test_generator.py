@@ -40,11 +40,11 @@ from toolgrpo.generator.slots import draw_slots
 from toolgrpo.generator.steps import STEP_BUILDERS
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.schemas.completion import Completion
+from toolgrpo.schemas.figures import figures_in
 from toolgrpo.schemas.samples import normalise_prompt
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
-from toolgrpo.training.rewards import thought_action_consistent
-from toolgrpo.validation.context import figures_in
+from toolgrpo.validation.wording import thought_action_consistent
 
 FILES = [
     "train/single_step.jsonl",

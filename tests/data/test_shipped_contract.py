@@ -10,7 +10,8 @@ import pytest
 from toolgrpo.data import DATA_DIR
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import summarise_samples, validate_samples
-from toolgrpo.validation.context import BRANCH_MATCHES_FIGURES, label_inconsistencies
+from toolgrpo.validation.context import label_inconsistencies
+from toolgrpo.validation.label_rules import BRANCH_MATCHES_FIGURES
 
 SHIPPED = [
     "train/single_step.jsonl",

@@ -8,8 +8,9 @@ from transformers import AutoModelForCausalLM
 
 from toolgrpo.evaluation.device import eval_device
 from toolgrpo.flows.retrain import RetrainOverrides, retrain
-from toolgrpo.training.config import CONFIG_FILENAME, load_preset, read_config
+from toolgrpo.training.config import CONFIG_FILENAME
 from toolgrpo.training.model import build_tiny, save_model
+from toolgrpo.training.overrides import load_preset, read_config
 from toolgrpo.training.samples import grpo_rows, tokenizer_corpus
 
 pytestmark = pytest.mark.slow

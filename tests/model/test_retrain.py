@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from toolgrpo.flows.retrain import RetrainOverrides, retrain
-from toolgrpo.training.config import load_preset
+from toolgrpo.training.overrides import load_preset
 from toolgrpo.validation.gate import DataGateFailed
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,241 @@
+"""How a training config is made: a preset's YAML, dotted overrides, and their typed form.
+
+Overrides are dotted paths (`{"sft.num_train_epochs": 3}`), from `toolgrpo run --set`, a flow
+parameter or a test; `overridable_fields()` lists them, and `overrides_model()` is their typed
+form (nested sections of unset fields, with their descriptions): the retrain flow's `config`
+parameter, which a deployment form lists field by field. The config is written next to each model
+so a run can be reproduced.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import typing
+from collections.abc import Collection, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from toolgrpo.data import DATA_DIR
+from toolgrpo.training.config import ConfigError, DataSection, TrainConfig
+
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+
+
+class OverridableField(NamedTuple):
+    """One field an override can set: its type annotation and what it does."""
+
+    annotation: Any
+    description: str
+
+
+def overridable_fields() -> dict[str, OverridableField]:
+    """Every field an override can set, by dotted path (`"grpo.max_steps"`), with its type and
+    description: what the CLI and the deployment form list."""
+    return {path: field for path, field in _leaves(TrainConfig, "") if path != "preset"}
+
+
+def _fields(cls: type) -> list[tuple[str, Any, str]]:
+    """(name, annotation, description) of each field of a section: a pydantic model or a
+    dataclass such as the reward's points."""
+    if issubclass(cls, BaseModel):
+        return [(n, f.annotation, f.description or "") for n, f in cls.model_fields.items()]
+    hints = typing.get_type_hints(cls)
+    return [
+        (f.name, hints[f.name], f.metadata.get("description", "")) for f in dataclasses.fields(cls)
+    ]
+
+
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and (
+        issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+    )
+
+
+def _leaves(cls: type, prefix: str) -> Iterator[tuple[str, OverridableField]]:
+    """The dotted leaf fields of a section, nested sections expanded."""
+    for name, annotation, description in _fields(cls):
+        if _is_section(annotation):
+            yield from _leaves(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", OverridableField(annotation, description)
+
+
+class Overrides(BaseModel):
+    """Set fields of a training config, in its sections; what is not set keeps the preset's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def dotted(self) -> dict[str, Any]:
+        """The fields set, as dotted overrides (`{"grpo.max_steps": 5}`)."""
+        return dict(_dotted(self.model_dump(mode="json", exclude_unset=True), ""))
+
+    @classmethod
+    def from_dotted(cls, overrides: Mapping[str, Any]) -> Overrides:
+        """The model with each dotted override set (`load_preset` checks them more kindly)."""
+        return cls.model_validate(_set_dotted({}, overrides))
+
+
+def _dotted(values: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for name, value in values.items():
+        if isinstance(value, dict):
+            yield from _dotted(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
+
+
+def _first_paragraph(cls: type) -> str:
+    return " ".join((cls.__doc__ or "").split("\n\n")[0].split())
+
+
+def _overrides_model(cls: type, skip: Collection[str], prefix: str = "") -> type[Overrides]:
+    """An `Overrides` model with the fields of section `cls` but the dotted paths `skip`, each
+    unset by default, nested sections as nested models, descriptions kept."""
+    definitions: dict[str, Any] = {}
+    for name, annotation, description in _fields(cls):
+        path = f"{prefix}{name}"
+        if path in skip:
+            continue
+        if _is_section(annotation):
+            section = _overrides_model(annotation, skip, f"{path}.")
+            definitions[name] = (section, Field(None, description=_first_paragraph(annotation)))
+        else:
+            definitions[name] = (annotation, Field(None, description=description))
+    return create_model(
+        f"{cls.__name__.removesuffix('Section')}Overrides",
+        __base__=Overrides,
+        __module__=__name__,
+        __doc__=_first_paragraph(cls),
+        **definitions,
+    )
+
+
+def overrides_model(skip: Collection[str] = ()) -> type[Overrides]:
+    """The typed form of the dotted overrides, every overridable field but `skip` (dotted paths
+    a caller sets itself), by section with its description: what a deployment form lists."""
+    return _overrides_model(TrainConfig, {"preset", *skip})
+
+
+# Fields renamed since they were first released, by their old name (a section's prefix or not):
+# no spelling of the old name resembles the new one.
+RENAMED_FIELDS = {
+    "use_cpu": "runtime.device",
+    "lora_r": "model.lora.r",
+    "sft_epochs": "sft.num_train_epochs",
+    "sft_batch_size": "sft.per_device_train_batch_size",
+}
+
+
+def _unknown_field(path: str) -> str:
+    """`path: unknown field`, with the field it was renamed to (`runtime.use_cpu` →
+    `runtime.device`), else the known fields of the same name (`bf16` → `model.bf16`), else the
+    closest one: a typo, or an old flat name such as `grpo_max_steps` (dots and underscores
+    compare alike)."""
+    name = path.rpartition(".")[2]
+    known = {field.replace(".", "_"): field for field in overridable_fields()}
+    suggestions = (
+        [RENAMED_FIELDS[name]]
+        if name in RENAMED_FIELDS
+        else [field for field in known.values() if field.rpartition(".")[2] == name]
+        or [known[c] for c in difflib.get_close_matches(path.replace(".", "_"), known, n=1)]
+    )
+    hint = f" (did you mean {' or '.join(map(repr, suggestions))}?)" if suggestions else ""
+    return f"{path}: unknown field{hint}"
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    """One validation error as `dotted.field: what is wrong`."""
+    path = ".".join(str(part) for part in error["loc"])
+    if error["type"] in {"extra_forbidden", "unexpected_keyword_argument"}:
+        return _unknown_field(path)
+    # Our own checks raise ValueError: their message without pydantic's "Value error, ".
+    message = error["ctx"]["error"] if error["type"] == "value_error" else error["msg"]
+    return f"{path}: {message}" if path else str(message)
+
+
+def _validated(values: dict[str, Any], source: str) -> TrainConfig:
+    try:
+        return TrainConfig.model_validate(values)
+    except ValidationError as error:
+        problems = "; ".join(_problem(item) for item in error.errors())
+        raise ConfigError(f"{source}: invalid training config: {problems}") from None
+
+
+def overridden(values: dict[str, Any], overrides: Mapping[str, Any], source: str) -> TrainConfig:
+    """`values` (nested, as in a preset) with each dotted override set, validated."""
+    known = overridable_fields()
+    unknown = [path for path in overrides if path not in known]
+    if unknown:
+        raise ConfigError(f"{source}: " + "; ".join(map(_unknown_field, unknown)))
+    return _validated(_set_dotted(copy.deepcopy(values), overrides), source)
+
+
+def _set_dotted(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` (nested sections) with each dotted override set in place."""
+    for path, value in overrides.items():
+        *sections, name = path.split(".")
+        target = values
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[name] = value
+    return values
+
+
+def preset_names() -> list[str]:
+    return sorted(path.stem for path in PRESETS_DIR.glob("*.yaml"))
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` set section by section (a section's other fields kept)."""
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            value = _merged(merged[key], value)
+        merged[key] = value
+    return merged
+
+
+def _preset_values(name: str, extending: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's sections as its YAML sets them, over those of the preset it `extends` (a
+    variant states only what differs); its relative data paths are under the data folder, where
+    the files it names ship."""
+    path = PRESETS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown preset {name!r}; choose one of {preset_names()}")
+    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = values.get("data", {})
+    for field_name, value in data.items():
+        field = DataSection.model_fields.get(field_name)  # an unknown one fails validation
+        if field is not None and field.annotation is Path and isinstance(value, str):
+            data[field_name] = DATA_DIR / value
+    base = values.pop("extends", None)
+    if base is None:
+        return values
+    if base in (name, *extending):
+        raise ConfigError(
+            f"presets extend each other in a circle: {' → '.join((*extending, name, base))}"
+        )
+    return _merged(_preset_values(base, (*extending, name)), values)
+
+
+def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The named preset with dotted-path `overrides` applied (`{"grpo.max_steps": 5}`); values
+    may be strings (`"5"`), as from a command line, and are validated like the preset's."""
+    values = _preset_values(name)
+    return overridden({**values, "preset": name}, overrides or {}, f"preset {name!r}")
+
+
+def read_config(path: Path | str) -> TrainConfig:
+    """The config in a JSON file written by `TrainConfig.write`."""
+    path = Path(path)
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read training config: {error}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: a training config is a JSON object of section: fields")
+    return _validated(values, str(path))

@@ -1,0 +1,377 @@
+"""The label rules: each label against what its own row and scenario say.
+
+A label can be wrong in a way its wording does not show, because the evidence is in its context:
+the label's own thought and plan, the scenario's other steps, the figures a condition depends
+on. Each rule reads the rows alone (no model); the data gate reports what they find as warnings
+(an annotator decides) and the miner as `label inconsistency` findings. A rule that cannot read
+what it needs (an unparseable solution, a figure that does not parse, a scenario whose other
+rows are absent) stays silent.
+
+The rules, by the name reports give them (`[check: name]`):
+
+- `thought_announces_action`: the label's thought announces the tool its action calls (the
+  rule `training.rewards.thought_action_consistent` applies to model output, applied to labels).
+- `plan_starts_with_action`: the first item of the label's plan names the action's tool, or no
+  tool: a plan lists the steps still to do, this one first.
+- `step_matches_history`: a step's tool is the one the scenario's later prompts record as
+  executed at that step (`Step k: <tool> → …`); the history is the execution log, not a label.
+- `step_not_repeated`: a step does not redo the step its history shows was just executed: the
+  same tool, with the same params when the scenario's row for that step is labelled with it
+  (a second transfer with other params is a new step).
+- `step_named_by_request`: the last step of a scenario without a condition does what the
+  request still asks for: when the request's words (`validation.wording`) name exactly one tool
+  its history has not done yet, a last step whose tool the request does not name at all is
+  suspect ("Transfer 40 rupees …, then show me what's left" labelled get_transactions). Not for
+  conditional scenarios, whose checks (check_balance before an order) the request leaves
+  unsaid, nor for replies.
+- `branch_matches_figures`: a conditional step (`condition`, or a multi-step reply) acts when the
+  figures its prompt states meet the request's condition and replies when they do not: the
+  balance against the amount asked; the balance against quantity × the quoted price; the quoted
+  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, NamedTuple
+
+from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.completion import first_json_object, written_action
+from toolgrpo.schemas.figures import AMOUNT, Amount, amount_of, amounts_in, described, number_text
+from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.samples import (
+    ExecutedStep,
+    split_prompt,
+)
+from toolgrpo.validation.wording import (
+    keyword_hits,
+    keyword_patterns,
+    mask_identifiers,
+    thought_action_consistent,
+)
+
+THOUGHT_ANNOUNCES_ACTION = "thought_announces_action"
+PLAN_STARTS_WITH_ACTION = "plan_starts_with_action"
+STEP_MATCHES_HISTORY = "step_matches_history"
+STEP_NOT_REPEATED = "step_not_repeated"
+STEP_NAMED_BY_REQUEST = "step_named_by_request"
+BRANCH_MATCHES_FIGURES = "branch_matches_figures"
+REPLY_TOOL = "respond"
+
+# What a limit's neighbours say about the direction of a price condition.
+_BELOW_BEFORE = re.compile(
+    r"(?:\b(?:below|under|cheaper than|less than|lower than)|低于|跌破|不到)\s*$", re.IGNORECASE
+)
+_ABOVE_BEFORE = re.compile(
+    r"(?:\b(?:above|over|beats?|more than|higher than|exceeds?)|高于|超过|涨过|冲上)\s*$",
+    re.IGNORECASE,
+)
+_BELOW_AFTER = re.compile(r"^\s*(?:便宜|以下)")
+_ABOVE_AFTER = re.compile(r"^\s*(?:贵|以上)")
+
+
+# The columns `Label.of` reads from a row.
+LABEL_COLUMNS = (
+    "id",
+    "file",
+    "line",
+    "scenario_id",
+    "step",
+    "tool",
+    "branch",
+    "prompt",
+    "solution",
+)
+
+
+@dataclass(frozen=True)
+class Label:
+    """A row as the rules read it: where it is, its request and history, its parsed label."""
+
+    id: str
+    file: str
+    line: int
+    scenario_id: str
+    step: int
+    tool: str
+    replies: bool | None  # a conditional step's branch: True replies, False acts, None: not one
+    request: str
+    history: dict[int, ExecutedStep]
+    thought: str | None
+    params: Any
+    plan: list[Any]
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def breaks(
+        self, check: str, evidence: str, alternative: str | None = None
+    ) -> LabelInconsistency:
+        """This label's finding for `check`."""
+        return LabelInconsistency(self.id, self.file, self.line, check, evidence, alternative)
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Label:
+        request, history = split_prompt(row["prompt"])
+        solution = first_json_object(row["solution"]) or {}
+        thought, plan = solution.get("thought"), solution.get("plan")
+        branch = row["branch"]
+        return cls(
+            id=row["id"],
+            file=row["file"],
+            line=row["line"],
+            scenario_id=row["scenario_id"],
+            step=row["step"],
+            tool=row["tool"],
+            replies=None if branch is None else branch == "condition_fails",
+            request=request,
+            history=history,
+            thought=thought if isinstance(thought, str) and thought.strip() else None,
+            params=written_action(solution).params,
+            plan=plan if isinstance(plan, list) else [],
+        )
+
+
+@dataclass(frozen=True)
+class LabelInconsistency:
+    """A label its context contradicts: the row, the rule, the evidence, and the tool the
+    context points at instead when it names one."""
+
+    id: str
+    file: str
+    line: int
+    check: str
+    evidence: str
+    alternative: str | None = None
+
+    def problem(self) -> Problem:
+        """As the data gate lists it: `file:line: id: evidence [check: rule]`."""
+        return Problem(
+            file=self.file,
+            line=self.line,
+            check=self.check,
+            message=f"{self.id}: {self.evidence}",
+            id=self.id,
+        )
+
+
+def consistent_thought(text: str, tool: str, catalogue: Catalogue) -> bool:
+    """Whether `text`, read as a thought, announces `tool` or no tool."""
+    answer = json.dumps({"thought": text, "action": {"tool": tool}})
+    return thought_action_consistent(answer, catalogue)
+
+
+def _announced(text: str, catalogue: Catalogue) -> list[str]:
+    """The tools `text` announces, as `thought_action_consistent` reads a thought."""
+    tools = [tool for tool in catalogue.names if consistent_thought(text, tool, catalogue)]
+    return [] if len(tools) == len(catalogue.names) else tools
+
+
+def _against_action(
+    check: str, part: str, text: str, label: Label, catalogue: Catalogue
+) -> LabelInconsistency | None:
+    if label.tool not in catalogue.names or consistent_thought(text, label.tool, catalogue):
+        return None
+    announced = _announced(text, catalogue)
+    return label.breaks(
+        check,
+        f"its {part} announces {' or '.join(announced)}, its action is {label.tool}: “{text}”",
+        announced[0] if len(announced) == 1 else None,
+    )
+
+
+def thought_announces_action(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """The label's thought announces the tool its action calls."""
+    if label.thought is None:
+        return None
+    return _against_action(THOUGHT_ANNOUNCES_ACTION, "thought", label.thought, label, catalogue)
+
+
+def plan_starts_with_action(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """The first item of the label's plan names the action's tool, or no tool."""
+    if not (label.plan and isinstance(label.plan[0], str)):
+        return None
+    first = label.plan[0]
+    return _against_action(PLAN_STARTS_WITH_ACTION, "plan's first step", first, label, catalogue)
+
+
+def step_matches_history(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """A step's tool is the one the scenario's later prompts record as executed at that step."""
+    for step in sorted(s for s in scenario if s > label.step):
+        later = scenario[step]
+        recorded = later.history.get(label.step)
+        if recorded is not None and recorded.tool != label.tool:
+            return label.breaks(
+                STEP_MATCHES_HISTORY,
+                f"step {step} ({later.id}, {later.location}) records step {label.step} "
+                f"as {recorded.tool} → {recorded.observation}; the label is {label.tool}",
+                recorded.tool,
+            )
+    return None
+
+
+def step_not_repeated(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """A step does not redo the step its history shows was just executed."""
+    done = label.history.get(label.step - 1)
+    if done is None or done.tool != label.tool:
+        return None
+    previous = scenario.get(label.step - 1)
+    if previous is not None and previous.tool == done.tool:
+        if previous.params != label.params:
+            return None  # the same tool again with other params is a step of its own
+        how = f"with the same params as {previous.id} ({previous.location})"
+    else:
+        how = "again"
+    return label.breaks(
+        STEP_NOT_REPEATED,
+        f"calls {label.tool} {how}, though its history shows step {label.step - 1} "
+        f"done: {done.tool} → {done.observation}",
+    )
+
+
+@cache
+def _request_patterns(catalogue: Catalogue) -> dict[str, re.Pattern[str]]:
+    return keyword_patterns(catalogue)
+
+
+def request_names(request: str, catalogue: Catalogue) -> dict[str, list[str]]:
+    """Per tool, the words of `request` that name it (`validation.wording`)."""
+    return keyword_hits(mask_identifiers(request), _request_patterns(catalogue))
+
+
+def step_named_by_request(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """The last step of a scenario without a condition does what the request still asks for."""
+    last = label.step == max(scenario) and label.step > 1
+    conditional = any(step.replies is not None for step in scenario.values())
+    if not last or conditional or label.tool == REPLY_TOOL:
+        return None
+    named = request_names(label.request, catalogue)
+    remaining = sorted(set(named) - {done.tool for done in label.history.values()})
+    if label.tool in named or len(remaining) != 1:
+        return None
+    (asked,) = remaining
+    words = ", ".join(f'"{word}"' for word in dict.fromkeys(named[asked]))
+    return label.breaks(
+        STEP_NAMED_BY_REQUEST,
+        f"the request still asks for {asked} ({words}), which its history has not "
+        f"done; the last step is labelled {label.tool}, which the request does not name",
+        asked,
+    )
+
+
+def _observed(history: dict[int, ExecutedStep], tool: str) -> str | None:
+    """What the latest executed `tool` step reports (a balance, a price), as written."""
+    for step in sorted(history, reverse=True):
+        if history[step].tool == tool:
+            return history[step].observation
+    return None
+
+
+def _sole_amount(text: str | None) -> Amount | None:
+    """The amount `text` states, when it states exactly one."""
+    amounts = amounts_in(text) if text is not None else []
+    return amounts[0] if len(amounts) == 1 else None
+
+
+def _price_limit(request: str) -> tuple[Amount, bool] | None:
+    """The request's price limit and whether the condition wants the price below it."""
+    limits = []
+    for match in AMOUNT.finditer(request):
+        before, after = request[: match.start()], request[match.end() :]
+        below = bool(_BELOW_BEFORE.search(before) or _BELOW_AFTER.search(after))
+        above = bool(_ABOVE_BEFORE.search(before) or _ABOVE_AFTER.search(after))
+        if below != above:
+            limits.append((amount_of(match), below))
+    return limits[0] if len(limits) == 1 else None
+
+
+class Verdict(NamedTuple):
+    """Whether a prompt's figures meet its request's condition, why, and the two figures the
+    condition compares (the balance and the amount or cost; the quote and the limit)."""
+
+    holds: bool
+    why: str
+    compared: tuple[float, float]
+
+
+def condition_verdict(request: str, history: dict[int, ExecutedStep]) -> Verdict | None:
+    """What the figures of a conditional step's prompt (its request and executed steps) say;
+    None when the figures needed do not parse."""
+    return figures_verdict(
+        request, _observed(history, "check_balance"), _observed(history, "get_quote")
+    )
+
+
+def figures_verdict(
+    request: str, balance_seen: str | None, quote_seen: str | None
+) -> Verdict | None:
+    """`condition_verdict` from the request and what the latest balance and quote steps
+    report (None: no such step)."""
+    balance, price = _sole_amount(balance_seen), _sole_amount(quote_seen)
+    asked = amounts_in(request)
+    if balance is not None and price is not None and len(asked) == 1:
+        cost = asked[0].value * price.value
+        holds = balance.value >= cost
+        verb = "covers" if holds else "falls short of"
+        why = (
+            f"the balance {described(balance)} {verb} {asked[0].text} × {price.text} = "
+            f"{number_text(cost)}"
+        )
+        return Verdict(holds, why, (balance.value, cost))
+    if balance is not None and price is None and len(asked) == 1:
+        holds = balance.value >= asked[0].value
+        verb = "covers" if holds else "falls short of"
+        why = f"the balance {described(balance)} {verb} {described(asked[0])}"
+        return Verdict(holds, why, (balance.value, asked[0].value))
+    limit = _price_limit(request) if price is not None and balance is None else None
+    if limit is not None:
+        (amount, below), value = limit, price.value
+        holds = value < amount.value if below else value > amount.value
+        side = "below" if value < amount.value else "above" if value > amount.value else "at"
+        wanted = "below" if below else "above"
+        why = f"the quote {price.text} is {side} the limit {amount.text} (wanted {wanted})"
+        return Verdict(holds, why, (value, amount.value))
+    return None
+
+
+def branch_matches_figures(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """A conditional step acts when the figures its prompt states meet the request's condition,
+    and replies when they do not."""
+    if label.replies is None:
+        return None
+    verdict = condition_verdict(label.request, label.history)
+    if verdict is None or verdict.holds != label.replies:
+        return None
+    holds, why, _ = verdict
+    does = "replies" if label.replies else f"acts ({label.tool})"
+    return label.breaks(
+        BRANCH_MATCHES_FIGURES,
+        f"{why}, yet the label {does}",
+        None if holds else REPLY_TOOL,
+    )
+
+
+RULES = (
+    thought_announces_action,
+    plan_starts_with_action,
+    step_matches_history,
+    step_not_repeated,
+    step_named_by_request,
+    branch_matches_figures,
+)

@@ -1,0 +1,267 @@
+"""The label rules' screens: which rows a rule could flag, decided in polars over whole columns.
+
+Each screen is a necessary condition of its rule's finding, so a row it rules out is one the
+rule passes; where polars cannot read a row as Python does (below), the row goes to the rule.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import polars as pl
+
+from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.samples import (
+    MAX_SOLUTION_CHARS,
+    PREVIOUS_STEP_LINE,
+    PREVIOUS_STEPS_HEADER,
+)
+from toolgrpo.validation.label_rules import (
+    REPLY_TOOL,
+    RULES,
+    consistent_thought,
+    figures_verdict,
+    request_names,
+)
+from toolgrpo.validation.wording import (
+    tool_keywords,
+)
+
+ROW = "_row"
+NEEDED = "_needed"  # a row some rule runs on, or a row of a scenario some scenario rule reads
+_SCENARIO_RULES = ("step_matches_history", "step_not_repeated", "step_named_by_request")
+# Python's JSON reader refuses digit runs over 4,300 and `first_json_object` reads 20,000
+# characters; a solution within the contract's length is read by polars as by Python when it
+# is one JSON object (else polars reads no thought, and the rule reads the row).
+_POLARS_READABLE_CHARS = MAX_SOLUTION_CHARS
+# A text this long re-encodes (`consistent_thought`) within `first_json_object`'s 20,000 characters
+# even at 12 characters per escaped character; a longer one is never consistent.
+_READ_BACK_CHARS = 1_200
+# The only non-ASCII characters Python's IGNORECASE matches with ASCII letters (re docs).
+_FOLDED_ONTO_ASCII = "[İıſK]"
+
+
+@cache
+def _python_whitespace() -> str:
+    """The characters `str.strip` and the regex `\\s` of Python take for whitespace."""
+    return "".join(c for c in map(chr, range(0x3001)) if c.isspace())  # none lies above U+3000
+
+
+@cache
+def _unsure_history() -> str:
+    """History characters whose class (`\\s`, `\\d`) Python and polars could disagree on:
+    any whitespace but the space and newline the lines are made of, any non-ASCII digit."""
+    python = "".join(rf"\x{{{ord(c):x}}}" for c in _python_whitespace() if c not in " \n")
+    return rf"[{python}[\s&&[^ \n]][\d&&[^0-9]]]"
+
+
+@cache
+def _digits_matter(catalogue: Catalogue) -> bool:
+    """Whether a keyword has an ASCII digit; otherwise every pattern a text's wording is read
+    with (keywords, markers, clause breaks, negations, `\\w`, `\\b`) treats all ASCII digits
+    alike, and a text reads as the same text with its digits zeroed."""
+    words = [
+        w for tool in catalogue.tools for lang in ("en", "zh") for w in tool.keywords.texts(lang)
+    ]
+    return any(c in "0123456789" for word in words for c in word)
+
+
+def _wording(text: pl.Expr, catalogue: Catalogue) -> pl.Expr:
+    """`text` with its ASCII digits zeroed: amounts and account numbers share one reading."""
+    return text if _digits_matter(catalogue) else text.str.replace_all("[1-9]", "0")
+
+
+def _may_name_another_tool(text: pl.Expr, tool: pl.Expr, catalogue: Catalogue) -> pl.Expr:
+    """Whether `consistent_thought(text, tool)` could be False: `text` holds a keyword of another
+    tool (`tool_keywords`), a letter Python folds onto ASCII, or is blank or too long to read
+    back."""
+    others = [
+        (tool != name) & text.str.contains_any(sorted(words), ascii_case_insensitive=True)
+        for name, words in tool_keywords(catalogue).items()
+        if words
+    ]
+    return (
+        pl.any_horizontal(others)
+        | text.str.contains(_FOLDED_ONTO_ASCII)
+        | (text.str.strip_chars(_python_whitespace()) == "")
+        | (text.str.len_chars() > _READ_BACK_CHARS)
+    )
+
+
+def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue) -> pl.Expr:
+    """Whether column `text`, read as a thought, could contradict the row's tool:
+    `consistent_thought` judges the texts that may name another tool, each distinct
+    (digit-zeroed text, tool) pair once (zeroing digits changes no keyword hit, folded letter,
+    blankness or length), and rows polars cannot read go to the rule."""
+    tool = pl.col("tool")
+    solution = pl.col("solution")
+    # a character is at least a byte: only a long solution needs its characters counted
+    too_long = (solution.str.len_bytes() > _POLARS_READABLE_CHARS) & (
+        solution.str.len_chars() > _POLARS_READABLE_CHARS
+    )
+    pairs = (
+        frame.filter(pl.col(text).is_not_null() & tool.is_in(list(catalogue.names)))
+        .select(text, "tool")
+        .unique()
+        .with_columns(wording=_wording(pl.col(text), catalogue))
+        .filter(_may_name_another_tool(pl.col("wording"), tool, catalogue))
+    )
+    judged = pairs.select("wording", "tool").unique()
+    judged = judged.filter(
+        pl.Series(
+            [not consistent_thought(w, t, catalogue) for w, t in judged.iter_rows()],
+            dtype=pl.Boolean,
+        )
+    )
+    contradicted = pairs.join(judged, on=["wording", "tool"], how="semi").select(text, "tool")
+    rows = frame.join(contradicted, on=[text, "tool"], how="semi").get_column(ROW)
+    return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(rows.implode())
+
+
+def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
+    """Whether `step_named_by_request` could flag the row: a last step it reads whose tool its
+    request does not name while exactly one tool the request names is not in its history
+    (`request_names`, each distinct digit-zeroed request judged once); rows whose history
+    polars may read otherwise go to the rule."""
+    step = pl.col("step")
+    # a scenario as the rule reads it: each step's first row
+    scenarios = (
+        frame.unique(["scenario_id", "step"], keep="first")
+        .group_by("scenario_id")
+        .agg(last=step.max(), conditional=pl.col("branch").is_not_null().any())
+    )
+    rows = (
+        frame.filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
+        .join(scenarios, on="scenario_id")
+        .filter((step == pl.col("last")) & ~pl.col("conditional"))
+        .select(ROW, "tool", wording=_wording(pl.col("request"), catalogue))
+    )
+    requests = rows.select("wording").unique()
+    named = [sorted(request_names(wording, catalogue)) for wording in requests["wording"]]
+    requests = requests.with_columns(named=pl.Series(named, dtype=pl.List(pl.String)))
+    done = (
+        lines.filter(pl.col("recorded_tool").is_not_null())
+        .group_by(ROW)
+        .agg(done=pl.col("recorded_tool"))
+    )
+    judged = rows.join(requests, on="wording").join(done, on=ROW, how="left")
+    remaining = pl.col("named").list.set_difference(pl.col("done").fill_null([]))
+    unnamed = judged.filter(
+        ~pl.col("named").list.contains(pl.col("tool")) & (remaining.list.len() == 1)
+    )
+    unsure = rows.join(lines.filter("unsure"), on=ROW, how="semi")
+    suspects = pl.concat([unnamed.select(ROW), unsure.select(ROW)])
+    return pl.col(ROW).is_in(suspects.to_series().implode())
+
+
+def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per row with a history, each step `split_prompt` reads from it (one row each):
+    the step number, tool and observation, and `unsure` where the history has characters polars
+    could read otherwise than Python."""
+    return (
+        frame.filter(pl.col("history").is_not_null())
+        .select(
+            ROW,
+            "scenario_id",
+            "tool",
+            unsure=pl.col("history").str.contains(_unsure_history()),
+            line=pl.col("history").str.extract_all(PREVIOUS_STEP_LINE),
+        )
+        .explode("line")
+        .with_columns(recorded=pl.col("line").str.extract_groups(PREVIOUS_STEP_LINE))
+        .with_columns(
+            recorded_step=pl.col("recorded").struct.field("step").cast(pl.Int64, strict=False),
+            recorded_tool=pl.col("recorded").struct.field("tool"),
+            observation=pl.col("recorded").struct.field("observation"),
+        )
+        # a step number beyond Int64 is one Python reads and polars does not
+        .with_columns(
+            unsure=pl.col("unsure")
+            | (pl.col("line").is_not_null() & pl.col("recorded_step").is_null())
+        )
+        # a step number listed twice is its last line, as in `split_prompt`'s dict
+        .unique([ROW, "recorded_step"], keep="last", maintain_order=True)
+    )
+
+
+def _history_screens(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Per row, whether `step_matches_history` (any row of a scenario whose histories record a
+    step with another tool than a row at that step is labelled with) and `step_not_repeated`
+    (its history records its own tool) could flag it; rows with characters polars could read
+    otherwise than Python go to both rules."""
+    # each step's distinct labels once: a scenario id shared by many rows must not make the join
+    # quadratic (1M rows repeating 1,277 rows' ids asked for >23 GB)
+    labelled = frame.select("scenario_id", recorded_step="step", labelled_tool="tool").unique()
+    contradicted = lines.join(labelled, on=["scenario_id", "recorded_step"]).filter(
+        pl.col("labelled_tool") != pl.col("recorded_tool")
+    )
+    unsure = lines.filter("unsure")
+    scenarios = pl.concat([contradicted.select("scenario_id"), unsure.select("scenario_id")])
+    repeated = pl.concat(
+        [lines.filter(pl.col("recorded_tool") == pl.col("tool")).select(ROW), unsure.select(ROW)]
+    )
+    return frame.with_columns(
+        step_matches_history=pl.col("scenario_id").is_in(scenarios.to_series().implode()),
+        step_not_repeated=pl.col(ROW).is_in(repeated.to_series().implode()),
+    )
+
+
+def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
+    """Per row, what `_observed` reads: the observation of its history's latest `tool` step."""
+    return (
+        lines.filter(pl.col("recorded_tool") == tool)
+        .group_by(ROW)
+        .agg(pl.col("observation").sort_by("recorded_step").last().alias(tool))
+    )
+
+
+def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
+    """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
+    (`figures_verdict` of its request and latest balance and quote, each distinct triple judged
+    once) point at the branch it does not take, or whose history polars may read otherwise."""
+    figures = ("request", "check_balance", "get_quote")
+    conditional = frame.filter(pl.col("branch").is_not_null()).select(ROW, "request", "branch")
+    for tool in figures[1:]:
+        conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
+    triples = conditional.select(figures).unique()
+    verdicts = [figures_verdict(*triple) for triple in triples.iter_rows()]
+    holds = pl.Series("holds", [v.holds if v else None for v in verdicts], dtype=pl.Boolean)
+    judged = conditional.join(triples.with_columns(holds), on=figures, nulls_equal=True)
+    replies = pl.col("branch") == "condition_fails"
+    suspects = pl.concat(
+        [
+            judged.filter(pl.col("holds") == replies).select(ROW),
+            lines.filter("unsure").select(ROW),
+        ]
+    )
+    return pl.col("branch").is_not_null() & pl.col(ROW).is_in(suspects.to_series().implode())
+
+
+def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
+    """`frame` with a column per rule (its name): whether the rule could flag the row, and
+    `NEEDED`: whether the rules read the row at all."""
+    parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
+    solution = pl.col("solution")
+    # each distinct solution parsed once, as `schemas.samples.parse_solution` does
+    solutions = (
+        frame.select("solution")
+        .unique()
+        .with_columns(
+            thought=solution.str.json_path_match("$.thought"),
+            first_planned=solution.str.json_path_match("$.plan[0]"),
+        )
+    )
+    frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1")).join(
+        solutions, on="solution", how="left", maintain_order="left"
+    )
+    lines = _history_lines(frame)
+    frame = _history_screens(frame, lines).with_columns(
+        thought_announces_action=_inconsistent(frame, "thought", catalogue),
+        plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue),
+        step_named_by_request=_unnamed_last_steps(frame, lines, catalogue),
+        branch_matches_figures=_contradicted_branches(frame, lines),
+    )
+    rules = [rule.__name__ for rule in RULES]
+    frame = frame.with_columns(pl.col(rules).fill_null(False))
+    scenario_read = pl.any_horizontal(_SCENARIO_RULES).any().over("scenario_id")
+    return frame.with_columns((pl.any_horizontal(rules) | scenario_read).alias(NEEDED))
