@@ -32,6 +32,16 @@ def test_configuration_reference_rows_keep_their_columns_when_a_cell_holds_a_pip
     assert len(cells) == 1
 
 
+def test_field_descriptions_say_what_a_field_does_without_development_history():
+    history = re.compile(r"#\d+|\bissue\b|\b[0-9a-f]{7,40}\b|\d(\.\d+)?×|README")
+    noted = {
+        path: field.description
+        for path, field in overridable_fields().items()
+        if not field.description or history.search(field.description)
+    }
+    assert noted == {}
+
+
 def preset_names_in(text: str) -> list[str]:
     header = next(line for line in text.splitlines() if line.startswith("| field |"))
     return [cell.strip() for cell in header.strip("|").split("|")][2:-1]
