@@ -11,7 +11,7 @@
 #   PYTHON=/path/to/python GRPO_STEPS=30 bash bench/gpu_check.sh
 #
 # Needs the package installed over a CUDA build of torch (`pip install -e .`). Not run on a GPU
-# yet (README: "Moving to GPUs and a cluster").
+# yet (docs/gpu-and-cluster.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

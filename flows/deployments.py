@@ -86,7 +86,7 @@ def notify_on_failure(block: str) -> UUID:
         except ObjectNotFound:
             raise NotificationError(
                 f"no {block_type!r} block named {name!r} on this Prefect server; create it first "
-                "(README: Scheduling and the Prefect UI)"
+                "(docs/prefect-ui.md: Being told)"
             ) from None
         automation = failure_automation(document.id)
         for earlier in client.read_automations_by_name(automation.name):

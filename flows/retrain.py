@@ -99,9 +99,10 @@ def retrain(
     `DataGateFailed` with the report), as does a failed training stage (`StageFailed`).
 
     Args:
-        preset: the training preset (smoke: a plumbing check; cpu: the main job on 2 cores;
-            numeracy: cpu on the walked rows, ~18 minutes, conditional steps decided from the
-            figures; gpu: a real base model, LoRA, bf16)
+        preset: the training preset (smoke: a plumbing check; cpu: the main job, a tiny model
+            built locally; numeracy: cpu with comparisons written out place by place, which
+            decides conditional steps from their figures and takes ~2.5× as long; gpu: a
+            pretrained base model, LoRA, bf16)
         train_files: labelled training rows (JSONL or parquet); empty: the preset's
             (data.train_single_step, data.train_multistep: the shipped data/train/ files, or
             for the numeracy preset data/aux/walked/multistep.jsonl in place of the multi-step)

@@ -42,7 +42,7 @@ def fold_config(config: TrainConfig, single_step: Path, multistep: Path) -> Trai
 
     Not a cheaper recipe: on the cpu preset (a model trained from scratch), 2 SFT epochs instead
     of 6 left fold models at 2-30% tool accuracy, and the smoke-size model at 0%, whose
-    probabilities flag most rows (README: "Label checks and the cross-fitted audit").
+    probabilities flag most rows (docs/experiments/label-checks.md).
     """
     return config.with_overrides(
         {"data.train_single_step": single_step, "data.train_multistep": multistep}

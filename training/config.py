@@ -82,9 +82,8 @@ class TrlSection(Section):
 
 
 class DataSection(Section):
-    """The training rows and the tool catalogue. The row selection changes the weights; the paths
-    are not in `weights_key` because the retrain flow hashes the bytes they hold (a moved file is
-    not news)."""
+    """The training rows and the tool catalogue (`toolgrpo run` sets the paths from `--train` and
+    `--catalogue`). The row selection changes the weights; the paths do not, the files' bytes do."""
 
     train_single_step: Path = Field(
         DATA_DIR / "train" / "single_step.jsonl",
@@ -94,7 +93,7 @@ class DataSection(Section):
         DATA_DIR / "train" / "multistep.jsonl", description="multi-step rows (JSONL)"
     )
     max_train_rows: int | None = Field(
-        None, gt=0, description="a seeded subset of this many rows, for smoke runs"
+        None, gt=0, description="train on a seeded subset of this many rows; null: every row"
     )
     catalogue: Path = Field(
         DEFAULT_CATALOGUE,
@@ -108,7 +107,8 @@ class DataSection(Section):
     )
     # A model built from scratch has no numeracy: SFT can mix in rows never counted among the
     # training rows: short exercises (56万 → 560000, is 4,937,231 元 at least 56万, 200 × 562.54),
-    # or data/aux/conditional.jsonl, fresh draws of the conditional steps (README: Numeracy).
+    # or data/aux/conditional.jsonl, fresh draws of the conditional steps
+    # (docs/experiments/numeracy.md).
     train_aux: Path = Field(
         DATA_DIR / "aux" / "numeracy.jsonl",
         description="auxiliary rows (JSONL, sample rows) that only SFT mixes in",
@@ -143,14 +143,14 @@ class TinyModelSection(Section):
     split_digits: bool = Field(True, description="one token per digit (amounts compare by digit)")
     system_prompt_token: bool = Field(
         True,
-        description="the constant system prompt as one token: to a model trained from scratch it "
-        "carries no information, and as BPE pieces it was 62 of a row's ~150 tokens",
+        description="write the constant system prompt as one token, not BPE pieces: shorter rows, "
+        "and to a model trained from scratch the prompt carries no information",
     )
     frame_tokens: FramePieces = Field(
         "none",
-        description="constant pieces of the chat frame and of the answer's JSON as one token each "
-        "(`training.model.FRAME_PIECES`): `all` (rows ~101 → ~77 tokens), `all_but_opening` "
-        '(the assistant header and `{"thought": "` stay BPE pieces)',
+        description="write constant pieces of the chat frame and of the answer's JSON as one token "
+        "each (`training.model.FRAME_PIECES`): `none`, `all`, or `all_but_opening` (the assistant "
+        'header and `{"thought": "` stay BPE pieces)',
     )
 
 
@@ -168,7 +168,7 @@ class ModelSection(Section):
     which precision the weights are loaded, trained and saved. Changes the weights."""
 
     base_model: str | None = Field(
-        None, description="local directory or hub id; None builds the tiny model (model.tiny)"
+        None, description="local directory or hub id; null builds the tiny model (model.tiny)"
     )
     bf16: bool = Field(False, description="bfloat16 weights and mixed precision (TRL's bf16)")
     tiny: TinyModelSection = TinyModelSection()
@@ -231,16 +231,22 @@ class GRPOSection(TrlSection):
     prompts_per_step: int = Field(
         4, gt=0, description="prompts per optimiser step, each sampled num_generations times"
     )
-    num_generations: int = Field(8, ge=2, description="completions per prompt (case study: 4 → 8)")
+    num_generations: int = Field(
+        8,
+        ge=2,
+        description="completions sampled per prompt, the group GRPO compares (case study: 8)",
+    )
     max_completion_length: int = Field(
-        350, gt=0, description="tokens per completion (case study: 200 → 350); also evaluation's"
+        350,
+        gt=0,
+        description="most tokens per sampled completion; also evaluation's (case study: 350)",
     )
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
     steps_per_generation: int | None = Field(
         None,
         gt=0,
         description="optimiser steps each generation batch feeds (it holds that many steps' "
-        "prompts); None: one, TRL's default",
+        "prompts); null: one, TRL's default",
     )
     num_iterations: int = Field(
         1, ge=1, description="updates on each generation batch (GRPO's μ); > 1 reuses samples"
@@ -248,7 +254,7 @@ class GRPOSection(TrlSection):
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
     epsilon: float = Field(0.2, gt=0, description="lower clipping bound")
     epsilon_high: float | None = Field(
-        None, gt=0, description="upper clipping bound; None: the same as epsilon"
+        None, gt=0, description="upper clipping bound; null: the same as epsilon"
     )
     use_vllm: bool = Field(False, description="generate with vLLM (needs CUDA and vllm installed)")
     vllm_mode: Literal["colocate", "server"] = Field(
@@ -256,7 +262,7 @@ class GRPOSection(TrlSection):
         description="colocate: vLLM inside each training process; server: a `trl vllm-serve`",
     )
     vllm_server_base_url: str | None = Field(
-        None, description="server mode: the `trl vllm-serve` URL; None: http://0.0.0.0:8000"
+        None, description="server mode: the `trl vllm-serve` URL; null: http://0.0.0.0:8000"
     )
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1, description="colocate mode and evaluation: GPU memory share for vLLM"
@@ -265,10 +271,12 @@ class GRPOSection(TrlSection):
         1, ge=1, description="colocate mode: GPUs per vLLM engine; divides num_processes"
     )
     ngrpo_scope: Scope = Field(
-        "zero_std", description="groups given NGRPO's virtual full-score sample; none is GRPO"
+        "zero_std",
+        description="groups given NGRPO's virtual full-score sample: zero_std (groups whose "
+        "completions all scored the same), all, or none (plain GRPO)",
     )
     ngrpo_max_reward: float | None = Field(
-        None, gt=0, description="reward of the virtual sample; None: the reward's maximum"
+        None, gt=0, description="reward of the virtual sample; null: the reward's maximum"
     )
     ngrpo_zero_std_on: ZeroStdOn = Field(
         "total",
@@ -285,12 +293,15 @@ class GRPOSection(TrlSection):
 
 
 class BaseSection(Section):
-    """The recipe of `toolgrpo base build` (issue #16's lever 3): the tiny model pretrained as a
-    language model on numeracy exercises and fresh scenario prompts (`generator.base_corpus`),
-    with the `sft` section's batches and schedule; SFT starts from it via `model.base_model`."""
+    """The recipe of `toolgrpo base build`: the tiny model pretrained as a language model on
+    numeracy exercises and fresh scenario prompts (`generator.base_corpus`), with the `sft`
+    section's batches and schedule; SFT starts from it via `model.base_model`."""
 
     exercise_rounds: int = Field(
-        10, ge=0, description="numeracy exercises: this many times data/aux's 800 (new figures)"
+        10,
+        ge=0,
+        description="numeracy exercises: this many rounds of data/aux/numeracy.jsonl's, with new "
+        "figures",
     )
     request_rounds: int = Field(
         4, ge=0, description="fresh draws of the training scenarios' requests and observations"
@@ -311,12 +322,15 @@ class BaseSection(Section):
 
 class StageProcesses(Section):
     """GRPO's processes and threads where they differ from the runtime section's: on a CPU,
-    sampling from a tiny model is latency-bound, so two one-thread processes beat one process of
-    two threads (1.39× per step), while SFT's matmuls gain nothing from processes (1.02×,
-    `bench/processes.py`)."""
+    sampling from a tiny model runs faster as several one-thread processes, while SFT does not
+    (docs/experiments/benchmarks.md)."""
 
-    num_processes: int | None = Field(None, ge=1, description="None: runtime.num_processes")
-    torch_threads: int | None = Field(None, gt=0, description="None: runtime.torch_threads")
+    num_processes: int | None = Field(
+        None, ge=1, description="GRPO's processes; null: runtime.num_processes"
+    )
+    torch_threads: int | None = Field(
+        None, gt=0, description="GRPO's CPU threads per process; null: runtime.torch_threads"
+    )
 
 
 # Overrides that undo `runtime.grpo`, so GRPO runs as the runtime section says: for callers that
@@ -343,7 +357,9 @@ class RuntimeSection(TrlSection):
     # TRL turns it on by default; it recomputes activations (about a third more compute), which
     # only pays off when memory is short — a large model on a GPU.
     gradient_checkpointing: bool = Field(False, description="recompute activations to save memory")
-    num_processes: int = Field(1, ge=1, description="> 1 launches the stage with accelerate")
+    num_processes: int = Field(
+        1, ge=1, description="processes per training stage; above 1, accelerate launches them"
+    )
     accelerate_config: str = Field(
         "multi_gpu",
         description="with num_processes > 1: a config TRL ships (multi_gpu, zero2, zero3, "
@@ -358,7 +374,9 @@ class RuntimeSection(TrlSection):
     save_steps: int = Field(50, gt=0, description="steps between checkpoints")
     save_total_limit: int = Field(2, gt=0, description="checkpoints kept")
     logging_steps: int = Field(1, gt=0, description="steps between metrics lines")
-    eval_max_rows: int | None = Field(None, gt=0, description="rows per eval file, quick checks")
+    eval_max_rows: int | None = Field(
+        None, gt=0, description="evaluate at most this many rows per eval file; null: every row"
+    )
     grpo: StageProcesses = StageProcesses()
 
     def most_processes(self) -> int:

@@ -88,7 +88,9 @@ def _dotted(values: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
             yield f"{prefix}{name}", value
 
 
-def _first_paragraph(cls: type) -> str:
+def section_summary(cls: type) -> str:
+    """The first paragraph of a section's docstring, on one line: its description in forms and
+    in the configuration reference."""
     return " ".join((cls.__doc__ or "").split("\n\n")[0].split())
 
 
@@ -102,14 +104,14 @@ def _overrides_model(cls: type, skip: Collection[str], prefix: str = "") -> type
             continue
         if _is_section(annotation):
             section = _overrides_model(annotation, skip, f"{path}.")
-            definitions[name] = (section, Field(None, description=_first_paragraph(annotation)))
+            definitions[name] = (section, Field(None, description=section_summary(annotation)))
         else:
             definitions[name] = (annotation, Field(None, description=description))
     return create_model(
         f"{cls.__name__.removesuffix('Section')}Overrides",
         __base__=Overrides,
         __module__=__name__,
-        __doc__=_first_paragraph(cls),
+        __doc__=section_summary(cls),
         **definitions,
     )
 

@@ -60,7 +60,7 @@ class RewardWeights:
     arithmetic: float = _points(
         0.0,
         "points for a conditional step whose thought states the two figures its condition "
-        "compares and whose action follows them (issue #16 lever 4; 0: off, not scored)",
+        "compares and whose action follows them; 0: off, not scored",
     )
 
     def __post_init__(self) -> None:
