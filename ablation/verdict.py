@@ -84,7 +84,10 @@ def _versus(summary: AblationSummary, candidate: ArmSummary, baseline: ArmSummar
     gaps = paired_gaps(summary, candidate, baseline)
     if not gaps:
         return f"{candidate.label} and {baseline.label} share no seed, so they were not compared"
-    accuracy = baseline.metrics["multi"].mean  # measured: there are gaps
+    measured = baseline.metrics["multi"]
+    if measured is None:
+        raise ValueError(f"{baseline.label} has paired gaps but no multi-step accuracy")
+    accuracy = measured.mean
     rows = summary.multi_rows
     outcome = compare(gaps, accuracy, rows)
     if outcome == "unreplicated":
@@ -152,9 +155,10 @@ def _changes_sentence(summary: AblationSummary, trained: list[ArmSummary]) -> st
         for arm in trained:
             changes = paired_changes(summary, arm, metric)
             start = summary.arm(arm.start, "sft")
-            if not changes or start is None or start.metrics[metric] is None:
+            spread = start.metrics[metric] if start is not None else None
+            if not changes or spread is None:
                 continue
-            accuracy = start.metrics[metric].mean
+            accuracy = spread.mean
             said.append(f"{arm.label} {mean_change(changes, accuracy, _rows(summary, metric))}")
         if said:
             parts.append(f"{name} {', '.join(said)}")

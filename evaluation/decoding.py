@@ -58,7 +58,7 @@ def load_model(
         raise EvaluationError(f"{model_dir}: cannot load the saved model: {error}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device.device).eval()
+    model.to(device.device).eval()  # type: ignore[arg-type]  # transformers types `to` unbound
     return tokenizer, model
 
 
@@ -179,7 +179,7 @@ def ends_at_tool_slot(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]
 
     def ends(token_ids: list[int]) -> bool:
         tail = tokenizer.decode(token_ids[-_TOOL_SLOT_TOKENS:])
-        return _TOOL_SLOT.search(tail) is not None
+        return isinstance(tail, str) and _TOOL_SLOT.search(tail) is not None
 
     return ends
 

@@ -123,7 +123,7 @@ def _slice_rows(frame: pl.DataFrame, name: str) -> list[SliceMetrics]:
 
 
 def _rate(frame: pl.DataFrame) -> float | None:
-    return float(frame["correct"].mean()) if frame.height else None
+    return frame.select(pl.col("correct").mean()).item() if frame.height else None
 
 
 def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = None) -> EvalMetrics:

@@ -229,9 +229,10 @@ def predict(
         catalogue.names,
         batch_size=settings.score_batch_size or fitted[1],
     )
+    # scored up to the tool slot, a row has no whole answer to show
+    shown: list[str | None] = [None] * len(prompts) if mode == "score" else list(completions)
     if mode == "score":
         checks = _scored_checks(probabilities, catalogue)
-        completions = [None] * len(prompts)
     else:
         checks = [
             completion_checks(completion, solution, catalogue)
@@ -247,7 +248,7 @@ def predict(
                 pl.col("condition") if "condition" in samples.columns else NO_CONDITION,
             ),
             pl.DataFrame(checks, schema=_CHECKS_SCHEMA),
-            pl.DataFrame({"completion": completions}, schema={"completion": pl.String}),
+            pl.DataFrame({"completion": shown}, schema={"completion": pl.String}),
             pl.DataFrame(probabilities, schema=probability_columns(catalogue), orient="row"),
         ],
         how="horizontal",

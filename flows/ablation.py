@@ -107,7 +107,9 @@ def _resume_problem(params: AblationParams) -> str | None:
         return f"resume: {folder} is not an ablation's run folder (no {PARAMS_FILE})"
     except ValidationError as error:
         return f"resume: {folder / PARAMS_FILE}: {validation_problems(error)}"
-    ours, theirs = (p.model_dump(mode="json", exclude=RESUMABLE_CHANGES) for p in (params, started))
+    ours, theirs = (
+        p.model_dump(mode="json", exclude=set(RESUMABLE_CHANGES)) for p in (params, started)
+    )
     differing = [name for name in ours if ours[name] != theirs[name]]
     said = ", ".join(f"{name} {ours[name]!r} (started with {theirs[name]!r})" for name in differing)
     return f"resume: {folder} was started with other settings: {said}" if differing else None
@@ -139,7 +141,7 @@ def parse_params(**values: Any) -> AblationParams:
 
 def _failure(what: str, future: PrefectFuture) -> str:
     """`what`: the first line of why its task did not complete."""
-    message = future.state.message or future.state.name
+    message = future.state.message or future.state.name or "no message"
     return f"{what}: {message.strip().splitlines()[0]}"
 
 
@@ -176,7 +178,7 @@ def ablation(params: AblationParams) -> AblationReport:
         run_dir / "data_quality",
     )
     if not gate.ok:
-        return failed_gate(gate)
+        return failed_gate(gate)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)
     gated = write_training_rows(loaded.frame, train_files, aux, run_dir / "data")
     overrides = params.training_overrides() | gated
     samples = evaluation_rows(rows_of(loaded.frame, params.eval_files), base.runtime.eval_max_rows)
@@ -209,7 +211,7 @@ def ablation(params: AblationParams) -> AblationReport:
         for arm in params.arms
     }
     arms = {
-        (start, seed, arm): train_arm.submit(
+        (start, seed, arm): train_arm.submit(  # type: ignore[call-overload]  # a future for its result
             starts[start, seed],
             arm,
             config,
@@ -280,4 +282,5 @@ def task_runner(params: AblationParams) -> TaskRunner:
 
 def run_ablation(params: AblationParams) -> AblationReport:
     """The ablation flow on `task_runner(params)`."""
-    return ablation.with_options(task_runner=task_runner(params))(params)
+    runner = task_runner(params)
+    return ablation.with_options(task_runner=runner)(params)  # type: ignore[arg-type]  # Prefect types it invariantly

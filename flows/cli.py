@@ -251,8 +251,8 @@ def validate(
     except OSError as error:  # the report cannot be written
         say(f"toolgrpo validate: {error}", error=True)
         return 2
-    for problem in report.failures:
-        say(str(problem))
+    for failure in report.failures:
+        say(str(failure))
     for warning in report.warnings:
         say(f"warning: {warning}")
     verdict = "ok" if report.ok else "FAILED"
@@ -303,8 +303,8 @@ def evaluate(
         )
         report = evaluate_flow(model, data, out, overrides, settings, catalogue)
     except UnreadableData as error:
-        for problem in error.problems:
-            say(str(problem), error=True)
+        for unreadable in error.problems:
+            say(str(unreadable), error=True)
         return 2
     except (ValidationError, EvaluationError, PredictionsError, OSError) as error:
         say(f"toolgrpo evaluate: {error}", error=True)

@@ -39,14 +39,14 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
     retrain flow's default, listed on the deployment's form."""
     data = load_preset(preset).data
     return [
-        retrain.to_deployment(
+        retrain.to_deployment(  # type: ignore[list-item]  # sync call: the deployment
             name=RETRAIN_DEPLOYMENT,
             cron=NIGHTLY_CRON,
             parameters={"preset": preset, "out": str(out)},
             description="Gate, train SFT + GRPO/NGRPO, evaluate, mine, report.",
             tags=["toolgrpo", "training"],
         ),
-        data_quality.to_deployment(
+        data_quality.to_deployment(  # type: ignore[list-item]  # sync call: the deployment
             name=DATA_QUALITY_DEPLOYMENT,
             interval=DATA_QUALITY_INTERVAL_S,
             parameters={

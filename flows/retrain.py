@@ -138,7 +138,7 @@ def retrain(
         [*train_files, *aux], eval_files, label_overrides, tools, run_dir / "data_quality"
     )
     if not gate.ok:
-        return failed_gate(gate)
+        return failed_gate(gate)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)
     gated = write_training_rows(loaded.frame, train_files, aux, run_dir / "data")
     train_config = requested.with_overrides({**gated, "data.catalogue": catalogue_copy})
     max_rows = train_config.runtime.eval_max_rows

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from toolgrpo.generator.phrases import (
     LANGS,
@@ -91,7 +91,7 @@ def product_working(quantity: int, price: float) -> str:
 
 
 def _verdict(phrases: NumeracyPhrases, verdict: Verdict, lang: Lang) -> dict[str, str]:
-    answer = "yes" if verdict in ("enough", "below", "above") else "no"
+    answer: Literal["yes", "no"] = "yes" if verdict in ("enough", "below", "above") else "no"
     return {
         "verdict": phrases.verdicts[verdict].say(lang, {}),
         "answer": phrases.answers[answer].say(lang, {}),
@@ -192,7 +192,7 @@ def comparison_drills(
     for index in range(count):
         lang = LANGS[index % 2]
         needed, balance = comparison_pair(rng)
-        verdict = "enough" if balance >= needed else "short"
+        verdict: Verdict = "enough" if balance >= needed else "short"
         needed_text, balance_text = (
             restate(needed, balance) if restate else (str(needed), str(balance))
         )
@@ -232,7 +232,8 @@ def build_exercises(
     unique; raises if a reply breaks the respond tool's params schema. `stream` names the RNG
     (the shipped file's is "numeracy"; another use draws other figures)."""
     rng = random.Random(f"{stream}-{seed}")  # its own stream: the shipped scenarios ignore it
-    phrases, seen, drawn = numeracy_phrases(), set(), []
+    phrases, seen = numeracy_phrases(), set()
+    drawn: list[tuple[Lang, str, str, str, str]] = []
     for exercise, n in phrases.rows.items():
         wording = phrases.of(exercise)
         for index in range(n * rounds):
@@ -246,8 +247,11 @@ def build_exercises(
             else:
                 raise RuntimeError(f"cannot draw a unique {exercise} exercise from {template!r}")
             seen.add(normalise_prompt(prompt))
-            say = [wording.thought, wording.plan, wording.reply]
-            drawn.append((lang, prompt, *(phrase.say(lang, figures) for phrase in say)))
+            thought, plan, reply = (
+                phrase.say(lang, figures)
+                for phrase in (wording.thought, wording.plan, wording.reply)
+            )
+            drawn.append((lang, prompt, thought, plan, reply))
     rng.shuffle(drawn)
     rows = [
         _exercise_row(f"aux-n-{number:04d}", *exercise) for number, exercise in enumerate(drawn, 1)

@@ -257,8 +257,10 @@ def categorise(
         neighbours = [
             (i, t) for i, t in by_template[templates[index]] if i != row["id"] and i not in context
         ]
-        found = context.get(row["id"], [])
-        category, alternative = _categorise(row, hits, duplicates, neighbours, found, catalogue)
+        row_context = context.get(row["id"], [])
+        category, alternative = _categorise(
+            row, hits, duplicates, neighbours, row_context, catalogue
+        )
         if category is None:
             continue
         findings.append(
@@ -272,7 +274,7 @@ def categorise(
                 category=category,
                 alternative=alternative,
                 evidence=_row_evidence(
-                    row, alternative, hits, neighbours, found, held_out.get(row["id"])
+                    row, alternative, hits, neighbours, row_context, held_out.get(row["id"])
                 ),
                 score=round(1.0 - quality[row["id"]], 6),
                 cleanlab_issue=row["id"] in cleanlab_flagged,

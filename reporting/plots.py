@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ def plot_rewards(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:
     ax = fig.subplots()
     ax.plot(steps, [m["reward"] for m in lines], label="total reward", linewidth=2.5)
     for key in components:
-        ax.plot(steps, [m.get(key) for m in lines], label=key.split("/")[1], linewidth=1.2)
+        values = [m.get(key, math.nan) for m in lines]
+        ax.plot(steps, values, label=key.split("/")[1], linewidth=1.2)
     ax.set(xlabel="GRPO step", ylabel="mean reward", title="Reward and its components per step")
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
@@ -113,7 +115,7 @@ def learning_curves(summary: AblationSummary) -> Figure:
     starts = summary.starts
     fig = Figure(figsize=(5 * len(starts), 2.6 * len(CURVES)))
     axes = fig.subplots(len(CURVES), len(starts), sharex=True, sharey=True, squeeze=False)
-    colours = dict(zip(ARMS, colormaps["tab10"].colors, strict=False))
+    colours: dict[str, Any] = dict(zip(ARMS, colormaps["tab10"](range(len(ARMS))), strict=False))
     for column, start in enumerate(starts):
         axes[0][column].set_title(START_LABELS[start], fontsize=10)
         axes[-1][column].set_xlabel("GRPO step (0 = SFT)")
@@ -123,7 +125,7 @@ def learning_curves(summary: AblationSummary) -> Figure:
                 if not points:
                     continue
                 steps = [p.step for p in points]
-                spreads = [p.metrics[metric] for p in points]
+                spreads = [s for p in points if (s := p.metrics[metric]) is not None]
                 colour = colours[arm.arm]
                 means = [100 * s.mean for s in spreads]
                 ax.plot(steps, means, marker="o", markersize=3, color=colour, label=arm.label)

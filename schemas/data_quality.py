@@ -41,7 +41,7 @@ class DataReport(BaseModel):
     counts: dict[str, dict[str, int]] = {}
     run_dir: str | None = None
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def ok(self) -> bool:
         """True when no file, row or override failed a check."""

@@ -66,7 +66,9 @@ class ZeroStdGroups(BaseModel):
     @classmethod
     def from_metrics(cls, metrics: list[dict[str, Any]]) -> ZeroStdGroups:
         """The run's totals: the last line of a GRPO stage's train_metrics.jsonl that has them."""
-        last = next((line for line in reversed(metrics) if "groups_total" in line), {})
+        last: dict[str, Any] = next(
+            (line for line in reversed(metrics) if "groups_total" in line), {}
+        )
         return cls(
             zero=last.get("zero_std_groups_total", 0),
             total=last.get("groups_total", 0),

@@ -92,10 +92,12 @@ def is_condition_fails(kind: str, tool: str, condition: str | None = None) -> bo
 
 
 CONTRACT_COLUMNS = list(SampleRecord.model_fields)
-RECORD_SCHEMA = {
-    name: pl.Int64 if field.annotation is int else pl.String
-    for name, field in SampleRecord.model_fields.items()
-}
+RECORD_SCHEMA = pl.Schema(
+    {
+        name: pl.Int64 if field.annotation is int else pl.String
+        for name, field in SampleRecord.model_fields.items()
+    }
+)
 
 
 def _json_at(column: str, path: str) -> pl.Expr:

@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from uuid import UUID
 
 import polars as pl
 from prefect import get_run_logger, task
@@ -91,7 +92,7 @@ def _progress_reporter(label: str) -> Callable[[int, int], None]:
     `PROGRESS_INTERVAL_S` and at the end, and follow the same in a progress artifact."""
     logger = get_run_logger()
     key = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
-    artifact_id = create_progress_artifact(
+    artifact_id: UUID = create_progress_artifact(  # type: ignore[assignment]  # sync call
         progress=0.0, key=f"{key}-progress", description=f"{label}: rows decoded"
     )
     started = time.monotonic()

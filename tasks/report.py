@@ -113,7 +113,7 @@ def publish_report(
 def publish_headline(summary: RunSummary, report: PublishedReport) -> UUID:
     """The headline artifact, linking to the report's. Call it from the flow, not from a task:
     the UI lists a flow run's own artifacts above its task runs', so this one comes first."""
-    return create_markdown_artifact(
+    return create_markdown_artifact(  # type: ignore[return-value]  # a sync call returns the id
         markdown=headline_markdown(summary, f"/artifacts/artifact/{report.artifact_id}"),
         key=HEADLINE_KEY,
         description="read first: accuracy per file with n, the preset's goals, zero-std groups",

@@ -53,7 +53,10 @@ def files_hash(paths: Iterable[Path]) -> str:
 def tag_flow_run(*tags: str) -> None:
     """Add `tags` to the running flow run (a deployment's own tags stay), so that the UI's
     filters find runs by preset or data."""
-    flow_run = FlowRunContext.get().flow_run
+    context = FlowRunContext.get()
+    flow_run = context.flow_run if context is not None else None
+    if flow_run is None:
+        raise RuntimeError("tag_flow_run runs inside a flow run")
     merged = list(dict.fromkeys([*flow_run.tags, *tags]))
     with get_client(sync_client=True) as client:
         client.update_flow_run(flow_run.id, tags=merged)

@@ -31,6 +31,7 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import IO, Literal
+from uuid import UUID
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact
@@ -271,7 +272,7 @@ def train_stage(
     command = stage_command(stage, run_dir, config.for_stage(stage), init_dir)
     logger.info("starting %s: %s", stage, " ".join(command))
 
-    artifact_id = create_progress_artifact(
+    artifact_id: UUID = create_progress_artifact(  # type: ignore[assignment]  # sync call
         progress=0.0, key=f"train-{stage}-progress", description=f"{stage} steps"
     )
     started = time.monotonic()

@@ -13,7 +13,7 @@ import hashlib
 import json
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from datasets import Dataset
 from pydantic import BaseModel
@@ -24,7 +24,7 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.base_corpus import Passage, base_corpus
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.files import write_text_file
-from toolgrpo.training.chat import chat_messages, chat_prompt
+from toolgrpo.training.chat import chat_messages, chat_prompt, templated_text
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.device import stage_threads
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback, read_metrics
@@ -32,7 +32,7 @@ from toolgrpo.training.samples import read_samples
 from toolgrpo.training.sft import SFTTrainerSeeded, initial_model
 from toolgrpo.training.stage import train_and_save
 
-STAGE = "base"
+STAGE: Final = "base"
 CORPUS_RECORD = "corpus.json"
 
 
@@ -60,7 +60,7 @@ def passage_example(
     copied 1 of 60 fresh drills; on the answer alone, 36 (README: copy drills)."""
     if passage.answer is None:
         messages = chat_messages(passage.prompt, catalogue)
-        text = tokenizer.apply_chat_template(messages, tokenize=False).rstrip("\n")
+        text = templated_text(tokenizer, messages).rstrip("\n")
         return {"prompt": "", "completion": text}
     return {
         "prompt": chat_prompt(tokenizer, passage.prompt, catalogue),

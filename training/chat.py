@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -35,5 +36,14 @@ def chat_prompt(
     tokenizer: PreTrainedTokenizerBase, prompt: str, catalogue: Catalogue | None = None
 ) -> str:
     """The chat-templated text for `prompt` (`chat_messages`, then the assistant header)."""
-    messages = chat_messages(prompt, catalogue)
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return templated_text(tokenizer, chat_messages(prompt, catalogue), add_generation_prompt=True)
+
+
+def templated_text(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], **options: Any
+) -> str:
+    """`messages` in the tokenizer's chat template, as text (`tokenize=False` is a string)."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    if not isinstance(text, str):
+        raise TypeError(f"the chat template gave {type(text).__name__}, not text")
+    return text

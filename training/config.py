@@ -392,7 +392,10 @@ class RuntimeSection(TrlSection):
 
 def trl_accelerate_configs() -> dict[str, Path]:
     """The accelerate configs TRL ships, by name (found without importing TRL)."""
-    folder = Path(importlib.util.find_spec("trl").origin).parent / "accelerate_configs"
+    spec = importlib.util.find_spec("trl")
+    if spec is None or spec.origin is None:
+        raise ConfigError("TRL is not installed: pip install the package's dependencies")
+    folder = Path(spec.origin).parent / "accelerate_configs"
     return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -37,12 +38,14 @@ def grpo_config(config: TrainConfig, stage_dir: Path) -> NGRPOConfig:
     )
 
 
-def reward_functions(config: TrainConfig, catalogue: Catalogue) -> list:
+def reward_functions(config: TrainConfig, catalogue: Catalogue) -> list[Callable[..., list[float]]]:
     """The ground-truth reward as its three components (summed by TRL, each logged on its own),
     plus the arithmetic component when it has points, with the config's points and the tools of
     `catalogue`."""
     weights = config.grpo.reward_points
-    rewards = [*COMPONENT_REWARDS, *([arithmetic_reward] if weights.arithmetic > 0 else [])]
+    rewards: list[Callable[..., list[float]]] = [*COMPONENT_REWARDS]
+    if weights.arithmetic > 0:
+        rewards.append(arithmetic_reward)
     return [partial(reward, weights=weights, catalogue=catalogue) for reward in rewards]
 
 

@@ -26,6 +26,7 @@ from transformers import (
 )
 from transformers import set_seed as set_transformers_seed
 
+from toolgrpo.training.chat import templated_text
 from toolgrpo.training.config import FramePieces, LoraSection, ModelSection
 
 logger = logging.getLogger(__name__)
@@ -159,10 +160,13 @@ def end_of_turn_token(tokenizer: PreTrainedTokenizerBase) -> str | None:
     """The special token the chat template closes an assistant turn with (`<|im_end|>` in
     ChatML), or None when the turn ends in plain text or nothing."""
     messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _TURN_PROBE}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    text = templated_text(tokenizer, messages)
     ids = tokenizer(text.rpartition(_TURN_PROBE)[2], add_special_tokens=False)["input_ids"]
     special = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
-    return tokenizer.convert_ids_to_tokens(ids[0]) if ids and ids[0] in special else None
+    if not ids or ids[0] not in special:
+        return None
+    token = tokenizer.convert_ids_to_tokens(ids[0])
+    return token if isinstance(token, str) else None
 
 
 def fit_chat_tokenizer(tokenizer: PreTrainedTokenizerBase, source: Path | str) -> list[str]:
@@ -226,10 +230,12 @@ def lora_config(lora: LoraSection) -> LoraConfig | None:
     return LoraConfig(**lora.model_dump(), task_type="CAUSAL_LM")
 
 
-def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path) -> Path:
+def save_model(
+    model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase, path: Path
+) -> Path:
     """Save a plain model directory (LoRA merged into the weights), loadable with `AutoModel*`."""
     if isinstance(model, PeftModel):
         model = model.merge_and_unload()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    model.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
     return path

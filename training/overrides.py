@@ -44,6 +44,8 @@ def _fields(cls: type) -> list[tuple[str, Any, str]]:
     dataclass such as the reward's points."""
     if issubclass(cls, BaseModel):
         return [(n, f.annotation, f.description or "") for n, f in cls.model_fields.items()]
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} is not a config section")
     hints = typing.get_type_hints(cls)
     return [
         (f.name, hints[f.name], f.metadata.get("description", "")) for f in dataclasses.fields(cls)

@@ -108,4 +108,7 @@ def run_sft(run_dir: Path, config: TrainConfig) -> Path:
     saved model directory `<run_dir>/sft/model`."""
     stage_dir = run_dir / STAGE
     trainer = sft_trainer(config, stage_dir)
-    return train_and_save(trainer, trainer.processing_class, stage_dir, config)
+    tokenizer = trainer.processing_class
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        raise TypeError(f"SFT trains with a tokenizer, not {type(tokenizer).__name__}")
+    return train_and_save(trainer, tokenizer, stage_dir, config)

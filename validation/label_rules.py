@@ -338,7 +338,7 @@ def figures_verdict(
         why = f"the balance {described(balance)} {verb} {described(asked[0])}"
         return Verdict(holds, why, (balance.value, asked[0].value))
     limit = _price_limit(request) if price is not None and balance is None else None
-    if limit is not None:
+    if limit is not None and price is not None:
         (amount, below), value = limit, price.value
         holds = value < amount.value if below else value > amount.value
         side = "below" if value < amount.value else "above" if value > amount.value else "at"

@@ -66,7 +66,7 @@ _JSON_TYPE_NAMES = {
 }
 
 
-FRAME_SCHEMA = {"file": pl.String, "line": pl.Int64, **RECORD_SCHEMA}
+FRAME_SCHEMA = pl.Schema([("file", pl.String), ("line", pl.Int64), *RECORD_SCHEMA.items()])
 _STRING_FIELDS = [name for name, dtype in RECORD_SCHEMA.items() if dtype == pl.String]
 _REQUIRED = [name for name, spec in SampleRecord.model_fields.items() if spec.is_required()]
 _OPTIONAL = [name for name in RECORD_SCHEMA if name not in _REQUIRED]
@@ -134,7 +134,7 @@ def _plain_row(text: pl.Expr) -> pl.Expr:
     or null for an optional field), no optional one twice, and as many as there are required
     fields plus optional ones. Required fields are also checked non-null once read: with that,
     each appears exactly once."""
-    contract_members = text.str.count_matches(_members(RECORD_SCHEMA))
+    contract_members = text.str.count_matches(_members(list(RECORD_SCHEMA)))
     typed_members = text.str.count_matches(_TYPED_MEMBER)
     optional_members = text.str.count_matches(_members(_OPTIONAL))
     return (
@@ -494,14 +494,17 @@ def load_samples(
     checked against `catalogue`, default the shipped one). `line_by_line` reads every row with
     pydantic, as before the native readers (for tests and benchmarks that compare the two).
     """
-    frames, file_rows, problems = [], {}, []
+    frames: list[pl.DataFrame] = []
+    file_rows: dict[str, int] = {}
+    problems: list[Problem] = []
     for path in paths:
         frame, rows, file_problems = _read_file(Path(path), line_by_line)
         frames.append(frame)
         file_rows[str(path)] = file_rows.get(str(path), 0) + rows
         problems.extend(file_problems)
     frame = pl.concat([pl.DataFrame(schema=FRAME_SCHEMA), *frames])
-    applied, warnings = [], []
+    applied: list[AppliedOverride] = []
+    warnings: list[str] = []
     if overrides is not None:
         by_id, file_problems = read_overrides(Path(overrides))
         frame, applied, override_problems, warnings = apply_overrides(
