@@ -6,13 +6,16 @@ or the task a flow runs."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
+import http.server
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,10 +31,18 @@ from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.flows import cli
 from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
 from toolgrpo.reporting.files import replace_dir, write_csv_file
+from toolgrpo.schemas.catalogue import (
+    DEFAULT_CATALOGUE,
+    CatalogueError,
+    compile_params_schema,
+    load_catalogue,
+)
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_report
+from toolgrpo.training.rewards import score_completion
+from toolgrpo.validation.gate import validate_samples
 
 XSS_ID = "eval-s-0009<img src=x onerror=alert(2)>"
 XSS_FILE = "<svg onload=alert(3)>.jsonl"
@@ -448,3 +459,138 @@ def test_ten_megabyte_values_are_cut_and_limited_by_their_own_checks(
     (run_dir,) = (tmp_path / "runs").iterdir()
     for report in ("report.md", "failures.csv", "data_quality.json"):
         assert (run_dir / report).stat().st_size < 50_000, report
+
+
+# --- a catalogue is data, never a fetcher (issue #42) ------------------------------------------
+
+SECRET = "SECRET-7f3a"
+
+
+def catalogue_with(tmp_path: Path, params: dict | None = None, text: str | None = None) -> Path:
+    """The shipped catalogue with check_balance's params schema replaced by `params` (or the
+    file's whole text replaced by `text`)."""
+    spec = json.loads(DEFAULT_CATALOGUE.read_text(encoding="utf-8"))
+    if params is not None:
+        spec["tools"][0]["params"] = params
+    path = tmp_path / "tools.json"
+    path.write_text(text if text is not None else json.dumps(spec), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def loopback_server():
+    """An HTTP server on 127.0.0.1 that answers every GET with a JSON schema and records the
+    paths it was asked for."""
+    hits: list[str] = []
+
+    class Recording(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            body = json.dumps({"type": "string", "pattern": f"^{SECRET}$"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    server.shutdown()
+    server.server_close()
+
+
+def test_catalogue_ref_to_a_url_or_a_file_is_refused_without_fetching(
+    tmp_path, loopback_server, capsys
+):
+    url, hits = loopback_server
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"type": "string", "pattern": f"^{SECRET}$"}), encoding="utf-8")
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    for ref in (f"{url}/s.json", secret.as_uri(), "secret.json"):
+        params = {"type": "object", "properties": {"account": {"$ref": ref}}}
+        catalogue = catalogue_with(tmp_path, params)
+        started = time.monotonic()
+        assert cli.validate(data, out=tmp_path / "runs", catalogue=catalogue) == 2
+        assert time.monotonic() - started < 10
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"toolgrpo validate: {catalogue}: not a tool catalogue: ")
+        assert f"tool 'check_balance': $ref '{ref}' is not a local #/… reference" in line
+        assert SECRET not in line
+    assert hits == []
+    assert not (tmp_path / "runs").exists()
+
+
+def test_catalogue_ref_under_a_remote_base_uri_is_not_fetched(loopback_server):
+    """A `$id` makes even a relative-looking reference a URL; nothing may fetch it."""
+    url, hits = loopback_server
+    params = {"$id": f"{url}/base.json", "properties": {"a": {"$ref": "#/definitions/a"}}}
+    params["definitions"] = {"a": {"type": "string"}}
+    with contextlib.suppress(ValueError):
+        compile_params_schema(params)
+    assert hits == []
+
+
+BAD_SCHEMAS = {
+    "invalid pattern": (
+        {"type": "object", "properties": {"account": {"type": "string", "pattern": "("}}},
+        "tool 'check_balance': pattern '(' is not a regular expression: missing ): (",
+    ),
+    "backreference": (
+        {"type": "string", "pattern": r"^(a)\1$"},
+        r"tool 'check_balance': pattern '^(a)\\1$' is not a regular expression",
+    ),
+    "recursive schema": (
+        {"type": "object", "properties": {"next": {"$ref": "#"}}},
+        "tool 'check_balance': recursive schema: $ref # -> #",
+    ),
+    "reference to nothing": (
+        {"type": "object", "properties": {"a": {"$ref": "#/definitions/nope"}}},
+        "tool 'check_balance': $ref '#/definitions/nope' points at nothing in the schema",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SCHEMAS)
+def test_unusable_params_schema_is_one_line_naming_the_tool(tmp_path, capsys, case):
+    params, message = BAD_SCHEMAS[case]
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    catalogue = catalogue_with(tmp_path, params)
+    assert cli.validate(data, out=tmp_path / "runs", catalogue=catalogue) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert message in line and "Traceback" not in captured.out + captured.err
+
+
+def test_catalogue_with_a_key_twice_is_refused_naming_where(tmp_path):
+    shipped = DEFAULT_CATALOGUE.read_text(encoding="utf-8")
+    twice = catalogue_with(tmp_path, text=shipped.replace('"tools":', '"tools": [], "tools":', 1))
+    with pytest.raises(CatalogueError, match=r"key 'tools' appears twice"):
+        load_catalogue(twice)
+    spec = json.loads(shipped)
+    inner = json.dumps(spec).replace('"type": "object"', '"type": "object", "type": "array"', 1)
+    with pytest.raises(CatalogueError, match=r"tool 'check_balance': key 'type' appears twice"):
+        load_catalogue(catalogue_with(tmp_path, text=inner))
+
+
+def test_backtracking_pattern_costs_linear_time_on_rows_and_model_output(tmp_path):
+    """`^(a+)+$` against 30 a's and a b: minutes with a backtracking engine."""
+    params = {
+        "type": "object",
+        "properties": {"account": {"type": "string", "pattern": "^(a+)+$"}},
+        "required": ["account"],
+    }
+    catalogue = load_catalogue(catalogue_with(tmp_path, params))
+    hostile = {"account": "a" * 30 + "b"}
+    answer = solution("check_balance", hostile)
+    data = write_lines(tmp_path / "rows.jsonl", row_bytes(id="redos", solution=answer))
+    started = time.monotonic()
+    report = validate_samples(load_samples.fn([data], catalogue=catalogue), catalogue=catalogue)
+    assert [p.check for p in report.failures] == ["params_match_schema"]
+    scored = score_completion(answer, answer, catalogue=catalogue)
+    assert scored.params == 0.0
+    assert time.monotonic() - started < 10
+    assert catalogue.params_valid("check_balance", {"account": "a" * 100_000})
