@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -42,13 +43,22 @@ def say(text: str, error: bool = False) -> None:
 
 
 def unusable_files(paths: Sequence[Path | None]) -> str | None:
-    """Why some of `paths` (None: not given) cannot be read as files, or None when all can."""
+    """Why some of `paths` (None: not given) cannot be read as files, or None when all can:
+    missing, a folder, or another path that is not read (a pipe, a device, a compressed file),
+    judged without reading them."""
+    from toolgrpo.schemas.files import input_problem, special_kind
+
     given = [path for path in paths if path is not None]
     missing = [str(path) for path in given if not path.exists()]
-    folders = [str(path) for path in given if path.is_dir()]
+    folders = [str(path) for path in given if special_kind(path) == "a folder"]
     reasons = [f"no such file: {', '.join(missing)}"] if missing else []
     if folders:
         reasons.append(f"a folder, not a file: {', '.join(folders)} (pass the files in it)")
+    reasons += [
+        f"{path} {why}"
+        for path in given
+        if str(path) not in folders and path.exists() and (why := input_problem(path))
+    ]
     return "; ".join(reasons) or None
 
 
@@ -563,9 +573,8 @@ def run(
     the run folder keeps a copy). Prints where the report is and the before/after accuracy.
     Exit 0: done; 1: the data gate or a stage failed; 2: usage error.
     """
-    missing = [p for p in [*(train or []), *(eval_ or [])] if not p.is_file()]
-    if missing:
-        say(f"toolgrpo run: no such file: {', '.join(map(str, missing))}", error=True)
+    if unusable := unusable_files([*(train or []), *(eval_ or [])]):
+        say(f"toolgrpo run: {unusable}", error=True)
         return 2
     try:
         parameters = retrain_parameters(
@@ -654,6 +663,23 @@ FLOW_COMMANDS = (
 )
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: a scheduler, a container runtime or a person stops the command. A
+    BaseException, as KeyboardInterrupt is, so that no `except Exception` keeps it running."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _stopped_by_sigterm(error: BaseException) -> bool:
+    """Whether `error` is SIGTERM arriving: ours, or Prefect's own while a flow runs (its engine
+    installs a handler raising `TerminationSignal` and re-raises it once the run is marked)."""
+    prefect_exceptions = sys.modules.get("prefect.exceptions")
+    termination = getattr(prefect_exceptions, "TerminationSignal", Terminated)
+    return isinstance(error, Terminated | termination)
+
+
 class _NoTracebacks(logging.Filter):
     """Drops, on the terminal only, Prefect's log of an exception a flow or task raised: the
     command prints one line for each error it expects, and Python shows the traceback of any
@@ -665,8 +691,9 @@ class _NoTracebacks(logging.Filter):
 
 def main(tokens: Sequence[str] | None = None) -> None:
     """Console-script entry point: the command's return value is the exit status (2 for a usage
-    error). A command that runs flows first checks, in seconds, that the Prefect API answers;
-    a failing one prints no traceback of an error it reports (`serve`, long-running, does)."""
+    error; 130 and 143 when Ctrl-C or SIGTERM stops it, with one line). A command that runs
+    flows first checks, in seconds, that the Prefect API answers; a failing one prints no
+    traceback of an error it reports (`serve`, long-running, does)."""
     command, bound, _ = app.parse_args(tokens)
     # The interpreter's last full garbage collection walks every object Prefect, pydantic and
     # pandera made (~0.8 s of each command's exit); the process is ending, so let the OS free
@@ -685,8 +712,16 @@ def main(tokens: Sequence[str] | None = None) -> None:
             for handler in logging.getLogger().handlers:
                 if isinstance(handler, PrefectConsoleHandler):
                     handler.addFilter(_NoTracebacks())
+    # Exit codes as a shell reports a process a signal ended (128 + the signal), with one line.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         status = command(*bound.args, **bound.kwargs)
     except KeyboardInterrupt:
+        say("toolgrpo: interrupted (Ctrl-C); stopped", error=True)
         sys.exit(130)
+    except BaseException as error:
+        if not _stopped_by_sigterm(error):
+            raise
+        say("toolgrpo: stopped by SIGTERM", error=True)
+        sys.exit(143)
     sys.exit(status if isinstance(status, int) else 0)

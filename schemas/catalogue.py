@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.schemas.errors import validation_problems
+from toolgrpo.schemas.files import UnreadableInput, check_input
 
 DEFAULT_CATALOGUE = DATA_DIR / "tools.json"
 
@@ -262,7 +263,10 @@ def load_catalogue(path: Path | str = DEFAULT_CATALOGUE) -> Catalogue:
     `CatalogueError` when the file is missing, not JSON or not a catalogue."""
     path = Path(path)
     try:
+        check_input(path)
         values = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_json_object)
+    except UnreadableInput as error:
+        raise CatalogueError(f"{path}: the tool catalogue {error.strerror}") from None
     except OSError as error:
         raise CatalogueError(f"{path}: cannot read the tool catalogue: {error.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import csv
+import gzip
 import http.server
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_report
 from toolgrpo.training.rewards import score_completion
+from toolgrpo.validation import loader
 from toolgrpo.validation.gate import validate_samples
 
 XSS_ID = "eval-s-0009<img src=x onerror=alert(2)>"
@@ -594,3 +597,91 @@ def test_backtracking_pattern_costs_linear_time_on_rows_and_model_output(tmp_pat
     assert scored.params == 0.0
     assert time.monotonic() - started < 10
     assert catalogue.params_valid("check_balance", {"account": "a" * 100_000})
+
+
+# --- only regular files are read (issue #42) ---------------------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A named pipe with no writer: opening it to read would wait forever. A watchdog opens
+    its other end after 20 s, so a reader that did open it fails the test instead of hanging."""
+    path = tmp_path / "rows.jsonl"
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def unblock():
+        if not done.wait(20):
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    watchdog = threading.Thread(target=unblock, daemon=True)
+    watchdog.start()
+    yield path
+    done.set()
+
+
+def test_named_pipe_or_device_as_a_data_file_is_one_line_without_opening_it(tmp_path, fifo, capsys):
+    for path, kind in ((fifo, "a named pipe (FIFO)"), (Path("/dev/zero"), "a character device")):
+        started = time.monotonic()
+        assert cli.validate(path, out=tmp_path / "runs") == 2
+        assert time.monotonic() - started < 10
+        assert capsys.readouterr().err == (
+            f"toolgrpo validate: {path} is {kind}, not a regular file: only regular files are "
+            "read\n"
+        )
+        (problem,) = load_samples.fn([path]).problems
+        assert str(problem) == (
+            f"{path}: is {kind}, not a regular file: only regular files are read "
+            "[check: file_readable]"
+        )
+
+
+def test_named_pipe_as_catalogue_review_or_predictions_is_one_line(tmp_path, fifo, capsys):
+    data = write_lines(tmp_path / "data.jsonl", GOOD)
+    started = time.monotonic()
+    assert cli.validate(data, out=tmp_path / "runs", catalogue=fifo) == 2
+    assert cli.apply_review(fifo, overrides=tmp_path / "o.jsonl", data=[data]) == 2
+    assert cli.mine(predictions=fifo, out=tmp_path / "runs") == 2
+    assert time.monotonic() - started < 10
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and all("a named pipe (FIFO), not a regular file" in x for x in lines)
+
+
+def test_gzip_named_jsonl_is_refused_the_same_by_both_readers(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(gzip.compress(GOOD + b"\n"))
+    why = "is gzip-compressed: decompress it first (gunzip) and pass that file"
+    for line_by_line in (False, True):
+        loaded = loader.load_samples([path], line_by_line=line_by_line)
+        assert [str(p) for p in loaded.problems] == [f"{path}: {why} [check: file_readable]"]
+    assert cli.validate(path, out=tmp_path / "runs") == 2
+    assert capsys.readouterr().err == f"toolgrpo validate: {path} {why}\n"
+
+
+@pytest.fixture
+def sigterm_restored():
+    """The process's SIGTERM handler as it was before the test (`cli.main` installs its own)."""
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_sigterm_during_a_read_exits_143_with_one_line(
+    prefect_harness, tmp_path, monkeypatch, capfd, sigterm_restored
+):
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+
+    def read_slowly_and_get_terminated(path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(3)  # the flow stops once its running task returns
+        return None
+
+    monkeypatch.setattr(loader, "input_problem", read_slowly_and_get_terminated)
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["validate", str(data), "--out", str(tmp_path / "runs")])
+    assert exit_.value.code == 143 and time.monotonic() - started < 25
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    assert err.splitlines()[-1] == "toolgrpo: stopped by SIGTERM"
