@@ -32,6 +32,7 @@ from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.flows import cli
 from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
+from toolgrpo.mining.review import merged_overrides
 from toolgrpo.reporting.files import replace_dir, write_csv_file
 from toolgrpo.schemas.catalogue import (
     DEFAULT_CATALOGUE,
@@ -39,7 +40,9 @@ from toolgrpo.schemas.catalogue import (
     compile_params_schema,
     load_catalogue,
 )
+from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
+from toolgrpo.tasks import mine as mine_tasks
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_report
@@ -685,3 +688,47 @@ def test_sigterm_during_a_read_exits_143_with_one_line(
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err
     assert err.splitlines()[-1] == "toolgrpo: stopped by SIGTERM"
+
+
+# --- two reviewers at once (issue #42) ---------------------------------------------------------
+
+
+def test_two_apply_reviews_at_once_keep_both_decisions(tmp_path, monkeypatch, capsys):
+    """Two merges into one overrides file, each slowed between its read and its write: without
+    the lock the second write replaces the first's decision."""
+    overrides = tmp_path / "label_overrides.jsonl"
+    old = [
+        LabelOverride(id=f"r-{i}", tool="withdraw", reason="r", reviewer="ana") for i in range(5)
+    ]
+    overrides.write_text(merged_overrides([], old), encoding="utf-8")
+    read = mine_tasks.read_overrides
+
+    def read_slowly(path):
+        found = read(path)
+        time.sleep(0.5)  # both have read before either writes, unless one waits
+        return found
+
+    monkeypatch.setattr(mine_tasks, "read_overrides", read_slowly)
+    decisions = [
+        LabelOverride(id=f"new-{who}", tool="deposit", reason="checked", reviewer=who)
+        for who in ("ana", "bo")
+    ]
+    errors: list[BaseException] = []
+
+    def apply(decision):
+        try:
+            mine_tasks.write_label_overrides.fn([decision], overrides)
+        except BaseException as error:
+            errors.append(error)
+
+    reviewers = [threading.Thread(target=apply, args=(d,)) for d in decisions]
+    for reviewer in reviewers:
+        reviewer.start()
+    for reviewer in reviewers:
+        reviewer.join(30)
+    assert errors == []
+    ids = [json.loads(line)["id"] for line in overrides.read_text(encoding="utf-8").splitlines()]
+    assert sorted(ids) == sorted([*(o.id for o in old), "new-ana", "new-bo"])
+    assert capsys.readouterr().out == (
+        f"waiting for another apply-review to finish writing {overrides}\n"
+    )
