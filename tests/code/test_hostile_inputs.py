@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import torch
 from markdown_it import MarkdownIt
 from prediction_rows import prediction_row, predictions_frame
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -46,6 +48,7 @@ from toolgrpo.tasks import mine as mine_tasks
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_report
+from toolgrpo.training.model import build_tiny
 from toolgrpo.training.rewards import score_completion
 from toolgrpo.validation import loader
 from toolgrpo.validation.gate import validate_samples
@@ -732,3 +735,72 @@ def test_two_apply_reviews_at_once_keep_both_decisions(tmp_path, monkeypatch, ca
     assert capsys.readouterr().out == (
         f"waiting for another apply-review to finish writing {overrides}\n"
     )
+
+
+# --- model folders (issue #42) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A randomly initialised tiny model, saved as training saves one (safetensors)."""
+    texts = [json.loads(GOOD)["prompt"], json.loads(GOOD)["solution"]] * 10
+    tokenizer, model = build_tiny(texts, hidden_size=32, num_layers=1, vocab_size=300)
+    path = tmp_path_factory.mktemp("tiny-model")
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+    return path
+
+
+def cut_weights_short(folder: Path) -> None:
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+def pickle_weights(folder: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save(state, folder / "pytorch_model.bin")
+
+
+def widen_config(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(hidden_size=64, intermediate_size=256)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+BROKEN_MODELS = {
+    "truncated safetensors": (cut_weights_short, "the weights file is corrupt or cut short"),
+    "pickled weights": (pickle_weights, "its weights are pickled (pytorch_model.bin)"),
+    "shapes that do not match": (widen_config, "the weights' shapes do not match config.json"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_MODELS)
+def test_broken_model_folder_is_one_line_exit_2(
+    prefect_harness, tiny_model_dir, tmp_path, capsys, case
+):
+    damage, message = BROKEN_MODELS[case]
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    damage(folder)
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    started = time.monotonic()
+    assert cli.evaluate(model=folder, data=[data], out=tmp_path / "runs", torch_threads=1) == 2
+    assert time.monotonic() - started < 10
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"toolgrpo evaluate: {folder}: ") and message in last
+
+
+def test_max_new_tokens_beyond_the_models_positions_is_refused(
+    prefect_harness, tiny_model_dir, tmp_path, capsys
+):
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    started = time.monotonic()
+    status = cli.evaluate(
+        model=tiny_model_dir, data=[data], out=tmp_path / "runs", max_new_tokens=100_000_000
+    )
+    assert status == 2 and time.monotonic() - started < 10
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("toolgrpo evaluate: max_new_tokens 100,000,000 is beyond the model's ")
