@@ -48,6 +48,7 @@ from toolgrpo.tasks import mine as mine_tasks
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_report
+from toolgrpo.training.config import LR_SCHEDULER_TYPES
 from toolgrpo.training.model import build_tiny
 from toolgrpo.training.rewards import score_completion
 from toolgrpo.validation import loader
@@ -804,3 +805,32 @@ def test_max_new_tokens_beyond_the_models_positions_is_refused(
     assert status == 2 and time.monotonic() - started < 10
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("toolgrpo evaluate: max_new_tokens 100,000,000 is beyond the model's ")
+
+
+# --- config values checked before any run (issue #42) ------------------------------------------
+
+BAD_SETTINGS = {
+    "sft.lr_scheduler_type=evil": "sft.lr_scheduler_type: 'evil' is not a transformers "
+    "SchedulerType (one of linear, cosine,",
+    "sft.lr_scheduler_type=cosin": "(did you mean 'cosine'? one of linear,",
+    "sft.learning_rate=.inf": "sft.learning_rate: Input should be a finite number",
+    "grpo.learning_rate=.nan": "grpo.learning_rate: Input should be a finite number",
+    f"grpo.max_steps={10**400}": "grpo.max_steps: a 1329-bit integer is beyond 64 bits",
+}
+
+
+@pytest.mark.parametrize("setting", BAD_SETTINGS)
+def test_unusable_setting_is_one_line_before_any_run(tmp_path, capsys, setting):
+    started = time.monotonic()
+    assert cli.run(preset="smoke", set_=[setting], out=tmp_path / "runs") == 2
+    assert time.monotonic() - started < 10
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("toolgrpo run: preset 'smoke': invalid training config: ")
+    assert BAD_SETTINGS[setting] in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_scheduler_names_are_transformers_own():
+    from transformers.trainer_utils import SchedulerType
+
+    assert tuple(scheduler.value for scheduler in SchedulerType) == LR_SCHEDULER_TYPES
