@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from pathlib import Path
 
 import polars as pl
@@ -43,6 +44,7 @@ from toolgrpo.schemas.catalogue import (
     load_catalogue,
 )
 from toolgrpo.schemas.overrides import LabelOverride
+from toolgrpo.schemas.problems import shown
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.tasks import mine as mine_tasks
 from toolgrpo.tasks.load import load_samples
@@ -834,3 +836,48 @@ def test_scheduler_names_are_transformers_own():
     from transformers.trainer_utils import SchedulerType
 
     assert tuple(scheduler.value for scheduler in SchedulerType) == LR_SCHEDULER_TYPES
+
+
+# --- invisible characters shown escaped (issue #42) --------------------------------------------
+
+INVISIBLE = {
+    "zero-width space": ("\u200b", "\\u200b"),
+    "right-to-left mark": ("\u200f", "\\u200f"),
+    "arabic letter mark": ("\u061c", "\\u061c"),
+    "line separator": ("\u2028", "\\u2028"),
+    "paragraph separator": ("\u2029", "\\u2029"),
+    "byte-order mark": ("\ufeff", "\\ufeff"),
+    "tag character": ("\U000e0041", "\\U000e0041"),
+}
+
+
+def test_every_format_and_separator_character_is_escaped():
+    invisible = [
+        chr(code)
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in ("Cf", "Zl", "Zp")
+    ]
+    assert all(shown(character).startswith("\\") for character in invisible)
+    assert shown("余额 café ACC001") == "余额 café ACC001"
+
+
+@pytest.mark.parametrize("case", INVISIBLE)
+def test_invisible_characters_in_ids_reach_terminal_csv_and_review_escaped(
+    prefect_harness, tmp_path, capsys, case
+):
+    character, escape = INVISIBLE[case]
+    row_id = f"r{character}1"
+    twice = row_bytes(id=row_id, scenario_id="s-2")
+    data = write_lines(tmp_path / "rows.jsonl", GOOD, row_bytes(id=row_id), twice)
+    assert cli.validate(data, out=tmp_path / "runs") == 1
+    out = capsys.readouterr().out
+    assert character not in out and f'id "r{escape}1" is used by more than one row' in out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    for report in ("failures.csv", "report.md"):
+        text = (run_dir / report).read_text(encoding="utf-8")
+        assert character not in text and f"r{escape}1" in text, report
+
+    data, reviewed = review_case(tmp_path, decided(row_id, "check_balance", "keep"))
+    assert cli.apply_review(reviewed, overrides=tmp_path / "o.jsonl", data=[data]) == 1
+    err = capsys.readouterr().err
+    assert character not in err and f"id r{escape}1 is in none of the data files" in err
