@@ -23,6 +23,9 @@ from toolgrpo.training import Preset
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+# Problem lines `mine apply-review` prints; the rest are counted (a 1M-row review with a problem
+# on every row must not print 1M lines: fix the first ones, run again).
+MAX_LISTED_PROBLEMS = 100
 # A Prefect API that answers does so in milliseconds; one that does not costs every flow call
 # Prefect's retries (~15 s) and three chained tracebacks, so each command asks it first.
 PREFECT_API_PROBE_S = 3.0
@@ -441,8 +444,10 @@ def apply_review(
     try:
         apply_review_flow(reviewed, overrides, data, allow_unknown)
     except ReviewError as error:
-        for problem in error.problems:
+        for problem in error.problems[:MAX_LISTED_PROBLEMS]:
             say(str(problem), error=True)
+        if (hidden := len(error.problems) - MAX_LISTED_PROBLEMS) > 0:
+            say(f"... and {hidden:,} more problem(s) of the same file(s)", error=True)
         say(
             f"toolgrpo mine apply-review: {len(error.problems)} problem(s); nothing was written "
             f"to {overrides}",

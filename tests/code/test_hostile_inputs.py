@@ -881,3 +881,13 @@ def test_invisible_characters_in_ids_reach_terminal_csv_and_review_escaped(
     assert cli.apply_review(reviewed, overrides=tmp_path / "o.jsonl", data=[data]) == 1
     err = capsys.readouterr().err
     assert character not in err and f"id r{escape}1 is in none of the data files" in err
+
+
+def test_review_with_a_problem_on_every_row_prints_a_capped_list(tmp_path, apply_review):
+    rows = [decided(f"r-{i}", "launch_rocket", "keep") for i in range(cli.MAX_LISTED_PROBLEMS + 50)]
+    data, reviewed = review_case(tmp_path, *rows)
+    status, err, _ = apply_review(reviewed, data)
+    assert status == 1 and len(err) == cli.MAX_LISTED_PROBLEMS + 2
+    assert err[-2] == "... and 50 more problem(s) of the same file(s)"
+    assert err[-1].endswith(f"{cli.MAX_LISTED_PROBLEMS + 50} problem(s); nothing was written to "
+                            f"{tmp_path / 'label_overrides.jsonl'}")  # fmt: skip
