@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
+from safetensors import SafetensorError
 from transformers import (
     AutoTokenizer,
     PreTrainedModel,
@@ -40,22 +41,51 @@ CANONICAL_TOOL_SLOT = '"tool": "'
 AFTER_TOOL_NAME = ANSWER_FRAME[2] + '"'
 
 
+# Weights saved with Python's pickle (torch.save): loading one may run code, so only safetensors
+# folders are evaluated.
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def _load_failure(error: BaseException) -> str:
+    """What went wrong loading a model folder, in one line."""
+    if isinstance(error, SafetensorError):
+        return f"the weights file is corrupt or cut short ({error})"
+    if isinstance(error, RuntimeError) and "mismatch" in str(error):
+        return "the weights' shapes do not match config.json (a config from another model?)"
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
 def load_model(
     model_dir: Path, device: EvalDevice = CPU
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    """The tokenizer and model saved in `model_dir` on `device`, ready for batched decoding."""
+    """The tokenizer and model saved in `model_dir` on `device`, ready for batched decoding.
+    Raises `EvaluationError` (one line) for a folder that is not a saved model, pickled weights,
+    corrupt or cut-short safetensors, or weights whose shapes do not fit the config."""
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise EvaluationError(
             f"{model_dir}: not a saved model (no config.json); pass a `<stage_dir>/model` folder"
         )
-    # The flow's log carries evaluation progress; a loading bar on the console is only noise.
+    if not any(model_dir.glob("*.safetensors")):
+        pickled = sorted(p.name for pattern in PICKLED_WEIGHTS for p in model_dir.glob(pattern))
+        found = f"its weights are pickled ({', '.join(pickled)})" if pickled else "no weights"
+        raise EvaluationError(
+            f"{model_dir}: {found}; only safetensors are loaded (pickle can run code): re-save "
+            "it with `save_pretrained(..., safe_serialization=True)` where it was trusted"
+        )
+    # The flow's log carries evaluation progress; a loading bar on the console is only noise,
+    # and so is transformers' per-tensor load report before it raises.
     transformers.utils.logging.disable_progress_bar()
+    verbosity = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = pretrained_model(model_dir, device.dtype)
-    except (OSError, ValueError) as error:
-        raise EvaluationError(f"{model_dir}: cannot load the saved model: {error}") from None
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        reason = _load_failure(error)
+        raise EvaluationError(f"{model_dir}: cannot load the saved model: {reason}") from None
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device.device).eval()  # type: ignore[arg-type]  # transformers types `to` unbound

@@ -199,7 +199,15 @@ def predict(
         torch.set_num_threads(settings.torch_threads or usable_cpus())
     tokenizer, model = load_model(model_dir, device)
     prompts, solutions = samples["prompt"].to_list(), samples["solution"].to_list()
+    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if settings.max_new_tokens and positions and settings.max_new_tokens >= positions:
+        raise EvaluationError(
+            f"max_new_tokens {settings.max_new_tokens:,} is beyond the model's {positions:,} "
+            f"positions (config.json max_position_embeddings): give fewer than {positions:,}"
+        )
     max_new_tokens = settings.max_new_tokens or fitted_max_new_tokens(tokenizer, solutions)
+    if positions:  # the fitted length of very long solutions: as many as the model can place
+        max_new_tokens = min(max_new_tokens, positions - 1)
     fitted = CPU_BATCH_SIZES
     if device.device == "cuda":
         longest_prompt = max(map(len, encode_prompts(tokenizer, prompts, catalogue)), default=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,10 @@ from toolgrpo.flows.prefect_api import (
     temporary_server_starting,
 )
 from toolgrpo.training import Preset
+
+# Problem lines `mine apply-review` prints; the rest are counted (a 1M-row review with a problem
+# on every row must not print 1M lines: fix the first ones, run again).
+MAX_LISTED_PROBLEMS = 100
 
 app = App(name="toolgrpo", help="Train and monitor tool-selecting agents with GRPO + NGRPO.")
 data_app = App(name="data", help="The shipped dataset.")
@@ -36,13 +41,22 @@ def say(text: str, error: bool = False) -> None:
 
 
 def unusable_files(paths: Sequence[Path | None]) -> str | None:
-    """Why some of `paths` (None: not given) cannot be read as files, or None when all can."""
+    """Why some of `paths` (None: not given) cannot be read as files, or None when all can:
+    missing, a folder, or another path that is not read (a pipe, a device, a compressed file),
+    judged without reading them."""
+    from toolgrpo.schemas.inputs import input_problem, special_kind
+
     given = [path for path in paths if path is not None]
     missing = [str(path) for path in given if not path.exists()]
-    folders = [str(path) for path in given if path.is_dir()]
+    folders = [str(path) for path in given if special_kind(path) == "a folder"]
     reasons = [f"no such file: {', '.join(missing)}"] if missing else []
     if folders:
         reasons.append(f"a folder, not a file: {', '.join(folders)} (pass the files in it)")
+    reasons += [
+        f"{path} {why}"
+        for path in given
+        if str(path) not in folders and path.exists() and (why := input_problem(path))
+    ]
     return "; ".join(reasons) or None
 
 
@@ -380,8 +394,10 @@ def apply_review(
     try:
         apply_review_flow(reviewed, overrides, data, allow_unknown)
     except ReviewError as error:
-        for problem in error.problems:
+        for problem in error.problems[:MAX_LISTED_PROBLEMS]:
             say(str(problem), error=True)
+        if (hidden := len(error.problems) - MAX_LISTED_PROBLEMS) > 0:
+            say(f"... and {hidden:,} more problem(s) of the same file(s)", error=True)
         say(
             f"toolgrpo mine apply-review: {len(error.problems)} problem(s); nothing was written "
             f"to {overrides}",
@@ -483,9 +499,8 @@ def run(
     the run folder keeps a copy). Prints where the report is and the before/after accuracy.
     Exit 0: done; 1: the data gate or a stage failed; 2: usage error.
     """
-    missing = [p for p in [*(train or []), *(eval_ or [])] if not p.is_file()]
-    if missing:
-        say(f"toolgrpo run: no such file: {', '.join(map(str, missing))}", error=True)
+    if unusable := unusable_files([*(train or []), *(eval_ or [])]):
+        say(f"toolgrpo run: {unusable}", error=True)
         return 2
     try:
         parameters = retrain_parameters(
@@ -574,10 +589,28 @@ FLOW_COMMANDS = (
 )
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: a scheduler, a container runtime or a person stops the command. A
+    BaseException, as KeyboardInterrupt is, so that no `except Exception` keeps it running."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _stopped_by_sigterm(error: BaseException) -> bool:
+    """Whether `error` is SIGTERM arriving: ours, or Prefect's own while a flow runs (its engine
+    installs a handler raising `TerminationSignal` and re-raises it once the run is marked)."""
+    prefect_exceptions = sys.modules.get("prefect.exceptions")
+    termination = getattr(prefect_exceptions, "TerminationSignal", Terminated)
+    return isinstance(error, Terminated | termination)
+
+
 def main(tokens: Sequence[str] | None = None) -> None:
     """Console-script entry point: the command's return value is the exit status (2 for a usage
-    error). A command that runs flows first checks, in seconds, that the Prefect API answers;
-    a failing one prints no traceback of an error it reports (`serve`, long-running, does)."""
+    error; 130 and 143 when Ctrl-C or SIGTERM stops it, with one line). A command that runs
+    flows first checks, in seconds, that the Prefect API answers; a failing one prints no
+    traceback of an error it reports (`serve`, long-running, does)."""
     command, bound, _ = app.parse_args(tokens)
     # The interpreter's last full garbage collection walks every object Prefect, pydantic and
     # pandera made (~0.8 s of each command's exit); the process is ending, so let the OS free
@@ -590,8 +623,16 @@ def main(tokens: Sequence[str] | None = None) -> None:
             sys.exit(2)
         if command is not serve:
             hide_tracebacks_on_console()
+    # Exit codes as a shell reports a process a signal ended (128 + the signal), with one line.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         status = command(*bound.args, **bound.kwargs)
     except KeyboardInterrupt:
+        say("toolgrpo: interrupted (Ctrl-C); stopped", error=True)
         sys.exit(130)
+    except BaseException as error:
+        if not _stopped_by_sigterm(error):
+            raise
+        say("toolgrpo: stopped by SIGTERM", error=True)
+        sys.exit(143)
     sys.exit(status if isinstance(status, int) else 0)

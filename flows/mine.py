@@ -9,6 +9,7 @@ from prefect import flow
 
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.schemas.catalogue import Catalogue, catalogue_at
+from toolgrpo.schemas.inputs import check_input
 from toolgrpo.schemas.predictions import validate_predictions
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.runs import new_run_dir
@@ -17,6 +18,7 @@ from toolgrpo.tasks.runs import new_run_dir
 def read_predictions(path: Path, catalogue: Catalogue) -> pl.DataFrame:
     """A predictions.parquet, checked against the predictions contract of `catalogue` (raises
     `PredictionsError`, OSError or a polars error naming what is wrong)."""
+    check_input(path)
     return validate_predictions(pl.read_parquet(path), catalogue)
 
 

@@ -16,6 +16,7 @@ from toolgrpo.mining.report import REVIEW_COLUMNS
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import first_json_object, written_action
 from toolgrpo.schemas.files import cell_text
+from toolgrpo.schemas.inputs import check_input
 from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.validation.gate import schema_failures
@@ -56,7 +57,9 @@ class Decision:
 
 def _review_rows(path: Path) -> tuple[list[tuple[int, dict[str, str]]], list[Problem]]:
     """(first line, cells) of each row of the review CSV, cells as they were before
-    `write_csv_file` made them spreadsheet-safe, and the problems of the file itself."""
+    `write_csv_file` made them spreadsheet-safe, and the problems of the file itself. Raises
+    `UnreadableInput` (an OSError) for a path that is not a regular, uncompressed file."""
+    check_input(path)
     file, raw = str(path), Path(path).read_bytes()
     try:
         text = raw.decode("utf-8-sig")  # with or without the byte-order mark Excel writes

@@ -1,6 +1,12 @@
 """The tool catalogue (data/tools.json unless `--catalogue PATH`) and the one params validator
 everything reuses.
 
+A catalogue is data, never a fetcher: in a deployment it is a form parameter, so its schemas
+resolve only local `#/…` references (fastjsonschema would otherwise fetch any other `$ref`, URLs
+and `file:` paths alike), and their regex patterns run on RE2, whose time is linear in the text
+(Python's backtracking `re` takes minutes on `^(a+)+$` against 30 characters), for the rows and
+the model's output alike.
+
 A catalogue is passed explicitly to whatever reads tool names, keywords or params schemas, with
 the shipped one as the default; it hashes by content, so the per-catalogue caches
 (`functools.cache` on a function of the catalogue) hold one entry per distinct catalogue.
@@ -8,18 +14,143 @@ the shipped one as the default; it hashes by content, so the per-catalogue cache
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+from collections.abc import Callable, Iterator
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import fastjsonschema
+import re2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.schemas.errors import validation_problems
+from toolgrpo.schemas.inputs import UnreadableInput, check_input
 
 DEFAULT_CATALOGUE = DATA_DIR / "tools.json"
+
+
+def _refuse_fetching(uri: str) -> Any:
+    raise fastjsonschema.JsonSchemaDefinitionException(
+        f"$ref {uri!r} would be fetched: a catalogue resolves only local #/… references"
+    )
+
+
+class _NoFetching(dict):
+    """fastjsonschema's `handlers` for every URI scheme: each refuses, so that no reference the
+    checks below missed (a base URI set by `$id`, say) is ever fetched."""
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        return _refuse_fetching
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would also print each invalid pattern to stderr
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+
+
+def _nodes(value: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in `value`, itself included."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _patterns(schema: dict[str, Any]) -> set[str]:
+    """The regexes of `schema`: `pattern` values and `patternProperties` keys (a property named
+    "pattern" has a schema, not a string, as its value)."""
+    found = set()
+    for node in _nodes(schema):
+        if isinstance(node.get("pattern"), str):
+            found.add(node["pattern"])
+        if isinstance(node.get("patternProperties"), dict):
+            found.update(node["patternProperties"])
+    return found
+
+
+def _pointed(schema: dict[str, Any], ref: str) -> Any:
+    """The part of `schema` the local reference `ref` (`#`, `#/definitions/a`) points at; raises
+    ValueError when it points at nothing."""
+    target: Any = schema
+    for token in [t for t in ref.removeprefix("#").split("/") if t]:
+        token = unquote(token).replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and token in target:
+            target = target[token]
+        elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
+            target = target[int(token)]
+        else:
+            raise ValueError(f"$ref {ref!r} points at nothing in the schema")
+    return target
+
+
+def _refs(value: Any) -> set[str]:
+    return {node["$ref"] for node in _nodes(value) if isinstance(node.get("$ref"), str)}
+
+
+def _check_refs(schema: dict[str, Any]) -> None:
+    """Raises ValueError unless every `$ref` is local, points at a part of `schema`, and no chain
+    of them leads back to itself (a recursive schema: validating a deep value would recurse
+    until Python's stack runs out)."""
+    refs = _refs(schema)
+    if remote := sorted(ref for ref in refs if not ref.startswith("#")):
+        raise ValueError(
+            f"$ref {remote[0]!r} is not a local #/… reference (a catalogue fetches nothing: "
+            "copy the schema in under definitions)"
+        )
+    leads_to = {ref: _refs(_pointed(schema, ref)) for ref in refs}
+
+    def loops(ref: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        if ref in path:
+            return (*path, ref)
+        for next_ref in sorted(leads_to[ref]):
+            if found := loops(next_ref, (*path, ref)):
+                return found
+        return None
+
+    for ref in sorted(refs):
+        if cycle := loops(ref, ()):
+            raise ValueError(f"recursive schema: $ref {' -> '.join(cycle)}")
+
+
+def compile_params_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
+    """The validator of a tool's params schema: local references only, patterns checked now and
+    matched by RE2. Raises ValueError saying what is wrong with the schema."""
+    _check_refs(schema)
+    patterns = {}
+    for pattern in sorted(_patterns(schema)):
+        try:
+            patterns[pattern] = re2.compile(pattern, _RE2_OPTIONS)
+        except re2.error as error:
+            reason = error.args[0].decode() if isinstance(error.args[0], bytes) else error
+            raise ValueError(
+                f"pattern {pattern!r} is not a regular expression: {reason} (RE2 syntax: no "
+                "backreferences or lookaround)"
+            ) from None
+    try:
+        # a copy: fastjsonschema rewrites `$ref`s in place, and the catalogue hashes by content
+        validate = fastjsonschema.compile(copy.deepcopy(schema), handlers=_NoFetching())
+    except (fastjsonschema.JsonSchemaDefinitionException, re.error) as error:
+        raise ValueError(f"invalid params schema: {error}") from None
+    # The generated code looks each pattern up in this table; RE2's `$` already means the end of
+    # the text, as fastjsonschema's `\Z` rewrite does for Python's `re`.
+    validate.__globals__["REGEX_PATTERNS"].update(patterns)
+    return validate
 
 
 class Bilingual(BaseModel):
@@ -57,9 +188,9 @@ class Catalogue(BaseModel):
             raise ValueError(f"tool names must be unique, got {names}")
         for tool in self.tools:
             try:
-                fastjsonschema.compile(tool.params)
-            except fastjsonschema.JsonSchemaDefinitionException as error:
-                raise ValueError(f"tool {tool.name!r}: invalid params schema: {error}") from None
+                compile_params_schema(tool.params)
+            except ValueError as error:
+                raise ValueError(f"tool {tool.name!r}: {error}") from None
         return self
 
     def __hash__(self) -> int:
@@ -78,7 +209,7 @@ class Catalogue(BaseModel):
 
     @cached_property
     def _validators(self) -> dict[str, Any]:
-        return {tool.name: fastjsonschema.compile(tool.params) for tool in self.tools}
+        return {tool.name: compile_params_schema(tool.params) for tool in self.tools}
 
     def params_error(self, tool: object, params: object) -> str | None:
         """Why `params` is not a valid argument object for `tool`, or None when it is."""
@@ -100,16 +231,57 @@ class CatalogueError(ValueError):
     """A catalogue file that cannot be used: one line saying which file and why."""
 
 
+class _JsonObject(dict):
+    """A parsed JSON object that remembers the keys it had more than once (JSON keeps only
+    the last: a second `"tools"` would silently replace the first)."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> _JsonObject:
+    parsed = _JsonObject(pairs)
+    if len(parsed) < len(pairs):
+        seen: set[str] = set()
+        repeated = []
+        for key, _ in pairs:
+            if key in seen:
+                repeated.append(key)
+            seen.add(key)
+        parsed.repeated = tuple(repeated)
+    return parsed
+
+
+def _repeated_key(values: Any) -> str | None:
+    """Where the parsed catalogue `values` had a key twice (naming the tool), or None."""
+    tools = values.get("tools") if isinstance(values, dict) else None
+    for position, tool in enumerate(tools if isinstance(tools, list) else []):
+        if repeated := [key for node in _nodes(tool) for key in getattr(node, "repeated", ())]:
+            name = tool.get("name") if isinstance(tool.get("name"), str) else f"#{position + 1}"
+            return f"tool {name!r}: key {repeated[0]!r} appears twice"
+    if repeated := [key for node in _nodes(values) for key in getattr(node, "repeated", ())]:
+        return f"key {repeated[0]!r} appears twice"
+    return None
+
+
 def load_catalogue(path: Path | str = DEFAULT_CATALOGUE) -> Catalogue:
     """The catalogue at `path`, validated (unique names, compilable params schemas); raises
     `CatalogueError` when the file is missing, not JSON or not a catalogue."""
     path = Path(path)
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
+        check_input(path)
+        values = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_json_object)
+    except UnreadableInput as error:
+        raise CatalogueError(f"{path}: the tool catalogue {error.strerror}") from None
     except OSError as error:
         raise CatalogueError(f"{path}: cannot read the tool catalogue: {error.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CatalogueError(f"{path}: the tool catalogue is not JSON: {error}") from None
+    except RecursionError:
+        raise CatalogueError(f"{path}: the tool catalogue is nested too deeply") from None
+    if repeated := _repeated_key(values):
+        raise CatalogueError(
+            f"{path}: not a tool catalogue: {repeated} (JSON keeps only the last; keep one)"
+        )
     try:
         return Catalogue.model_validate(values)
     except ValidationError as error:

@@ -9,11 +9,12 @@ them back.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -53,6 +54,31 @@ def replace_file(path: Path, write: Callable[[Path], object]) -> Path:
             raise WriteFailed(f"cannot write {path}: {reason}; the file is unchanged") from error
         raise
     return path
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, on_wait: Callable[[], object] | None = None) -> Iterator[None]:
+    """Hold an exclusive lock for `path` while the block runs: a read-merge-replace of `path` by
+    another process (or thread) waits until this one has replaced the file, so neither
+    overwrites the other's change. `on_wait` is called once if the lock is held elsewhere.
+
+    The lock is `fcntl.flock` on `<name>.lock` beside `path`, released when the process ends
+    however it ends. The lock file stays: removing it would let a waiting run lock the removed
+    file while a new run locks a new one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(path.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)  # releases the lock
 
 
 def replace_dir(path: Path, write: Callable[[Path], object]) -> Path:

@@ -10,15 +10,29 @@ from pydantic import BaseModel, ConfigDict
 # A value from the data is shown cut to this many characters, with its full length stated: one
 # 10 MB field must not become 10 MB of terminal output or of every report that lists it.
 MAX_SHOWN_CHARS = 200
-# Characters a terminal or a viewer obeys instead of showing: C0/C1 controls (ANSI escapes such
-# as `\x1b[2J`, line breaks) and the bidirectional overrides that reorder text on screen.
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Characters a terminal or a viewer obeys, or shows as nothing, instead of showing: C0/C1
+# controls (ANSI escapes such as `\x1b[2J`, line breaks), and Unicode's format and separator
+# characters (categories Cf, Zl, Zp: zero-width spaces and joiners, the bidirectional marks and
+# overrides that reorder text on screen, the byte-order mark, tag characters, U+2028/U+2029), so
+# an id with one never looks identical to an id without. The Cf/Zl/Zp ranges are Unicode 14's
+# (Python 3.11); a test compares them with `unicodedata`.
+CONTROL_CHARACTERS = re.compile(
+    r"[\x00-\x1f\x7f-\x9f"
+    r"\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    r"\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    r"\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    r"\U000e0020-\U000e007f]"
+)
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escape(character: str) -> str:
     code = ord(character)
-    return _NAMED_ESCAPES.get(character) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    if named := _NAMED_ESCAPES.get(character):
+        return named
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(text: str, keep: str = "") -> str:

@@ -16,7 +16,12 @@ from toolgrpo.mining.report import MiningReport, mine_errors, review_queue
 from toolgrpo.mining.review import ReviewError, merged_overrides
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.catalogue import Catalogue
-from toolgrpo.schemas.files import replace_file, write_csv_file, write_text_file
+from toolgrpo.schemas.files import (
+    exclusive_lock,
+    replace_file,
+    write_csv_file,
+    write_text_file,
+)
 from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.validation.loader import read_overrides
 
@@ -57,13 +62,20 @@ def mine(
 def write_label_overrides(overrides: Iterable[LabelOverride], path: Path) -> Path:
     """Merge `overrides` into the JSONL file at `path` (created if absent), replaced whole.
 
-    Raises `ReviewError` naming the lines of an existing file that cannot be read back (a
-    half-written line, a duplicate id): it is left as it is, for a person to fix.
+    The read, merge and replace hold the file's exclusive lock: two reviewers applying at once
+    both keep their decisions (the second waits, saying so). Raises `ReviewError` naming the
+    lines of an existing file that cannot be read back (a half-written line, a duplicate id): it
+    is left as it is, for a person to fix.
     """
-    existing: dict[str, tuple[int, LabelOverride]] = {}
-    if path.exists():
-        existing, problems = read_overrides(path)
-        if problems:
-            raise ReviewError(problems)
-    kept = (override for _, override in existing.values())
-    return write_text_file(path, merged_overrides(kept, overrides))
+
+    def say_waiting() -> None:
+        print(f"waiting for another apply-review to finish writing {path}")
+
+    with exclusive_lock(path, on_wait=say_waiting):
+        existing: dict[str, tuple[int, LabelOverride]] = {}
+        if path.exists():
+            existing, problems = read_overrides(path)
+            if problems:
+                raise ReviewError(problems)
+        kept = (override for _, override in existing.values())
+        return write_text_file(path, merged_overrides(kept, overrides))

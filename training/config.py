@@ -30,10 +30,11 @@ Presets, dotted overrides and their typed form are `training.overrides`.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -61,14 +62,53 @@ Scope = Literal["none", "zero_std", "all"]
 ZeroStdOn = Literal["total", "tool"]
 
 
+# transformers' `SchedulerType` values (a test keeps them equal): importing transformers to read
+# them would cost every command that checks a config seconds.
+LR_SCHEDULER_TYPES = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+    "greedy",
+)
+# The largest integer a setting may have: torch, numpy and the trainers count in 64 bits.
+MAX_INTEGER = 2**63 - 1
+
+
 class ConfigError(ValueError):
     """A training config that cannot be used, with a message that says which field and why."""
 
 
-class Section(BaseModel):
-    """A group of settings: an unknown field is an error, and values never change once valid."""
+def one_of(value: str, choices: Collection[str], what: str) -> str:
+    """`value` when it is one of `choices`; else raises ValueError listing them, with the
+    closest as a "did you mean"."""
+    if value in choices:
+        return value
+    close = difflib.get_close_matches(value, choices, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"{value!r} is not {what} ({hint}one of {', '.join(choices)})")
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class Section(BaseModel):
+    """A group of settings: an unknown field is an error, and values never change once valid.
+    Numbers are checked before any run: no infinity or NaN, no integer beyond 64 bits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _integers_fit_64_bits(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+            bits = value.bit_length()
+            raise ValueError(f"a {bits}-bit integer is beyond 64 bits (at most {MAX_INTEGER:,})")
+        return value
 
 
 class TrlSection(Section):
@@ -209,6 +249,12 @@ class SFTSection(TrlSection):
     )
     max_length: int = Field(1024, gt=0, description="tokens per row, prompt and completion")
     lr_scheduler_type: str = Field("cosine", description="a transformers SchedulerType name")
+
+    @field_validator("lr_scheduler_type")
+    @classmethod
+    def _scheduler_known(cls, name: str) -> str:
+        return one_of(name, LR_SCHEDULER_TYPES, "a transformers SchedulerType")
+
     warmup_steps: float = Field(0.05, ge=0, description="warm-up; below 1, a share of the steps")
     completion_only_loss: bool = Field(True, description="loss on the completion only")
 

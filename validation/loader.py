@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.errors import validation_problems
+from toolgrpo.schemas.inputs import input_problem
 from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.samples import RECORD_SCHEMA, SampleRecord
@@ -43,7 +44,10 @@ OVERRIDE_UNIQUE = "override_unique"
 OVERRIDE_APPLICABLE = "override_applicable"
 LOAD_CHECK_RULES = {
     FILE_EXISTS: "The file exists.",
-    FILE_READABLE: "The file can be read (not a folder; a .parquet file is valid parquet).",
+    FILE_READABLE: (
+        "The file can be read: a regular file (not a folder, pipe or device), not compressed; "
+        "a .parquet file is valid parquet."
+    ),
     FILE_NOT_EMPTY: "The file has at least one row.",
     VALID_UTF8: "Every line is UTF-8 text.",
     VALID_JSON: "Every line is valid JSON.",
@@ -354,6 +358,8 @@ def _read_file(path: Path, line_by_line: bool) -> tuple[pl.DataFrame, int, list[
     if path.is_dir():
         message = "is a folder, not a JSONL or parquet file: pass the files in it"
         return empty, 0, [Problem(file=file, line=None, check=FILE_READABLE, message=message)]
+    if unreadable := input_problem(path):
+        return empty, 0, [Problem(file=file, line=None, check=FILE_READABLE, message=unreadable)]
     parquet = path.suffix == ".parquet"
     try:
         if line_by_line:
@@ -379,6 +385,8 @@ def read_overrides(path: Path) -> tuple[dict[str, tuple[int, LabelOverride]], li
     file = str(path)
     if not path.exists():
         return {}, [Problem(file=file, line=None, check=FILE_EXISTS, message="no such file")]
+    if message := input_problem(path):
+        return {}, [Problem(file=file, line=None, check=FILE_READABLE, message=message)]
     overrides: dict[str, tuple[int, LabelOverride]] = {}
     problems = []
     for number, text in _jsonl_lines(path, file):

@@ -6,18 +6,26 @@ or the task a flow runs."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
+import gzip
+import http.server
 import json
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import unicodedata
 from pathlib import Path
 
 import polars as pl
 import pytest
+import torch
 from markdown_it import MarkdownIt
 from prediction_rows import prediction_row, predictions_frame
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -27,11 +35,26 @@ from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.flows import cli
 from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
+from toolgrpo.mining.review import merged_overrides
+from toolgrpo.schemas.catalogue import (
+    DEFAULT_CATALOGUE,
+    CatalogueError,
+    compile_params_schema,
+    load_catalogue,
+)
 from toolgrpo.schemas.files import replace_dir, write_csv_file
+from toolgrpo.schemas.overrides import LabelOverride
+from toolgrpo.schemas.problems import shown
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
+from toolgrpo.tasks import mine as mine_tasks
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_report
+from toolgrpo.training.config import LR_SCHEDULER_TYPES
+from toolgrpo.training.model import build_tiny
+from toolgrpo.training.rewards import score_completion
+from toolgrpo.validation import loader
+from toolgrpo.validation.gate import validate_samples
 
 XSS_ID = "eval-s-0009<img src=x onerror=alert(2)>"
 XSS_FILE = "<svg onload=alert(3)>.jsonl"
@@ -448,3 +471,423 @@ def test_ten_megabyte_values_are_cut_and_limited_by_their_own_checks(
     (run_dir,) = (tmp_path / "runs").iterdir()
     for report in ("report.md", "failures.csv", "data_quality.json"):
         assert (run_dir / report).stat().st_size < 50_000, report
+
+
+# --- a catalogue is data, never a fetcher (issue #42) ------------------------------------------
+
+SECRET = "SECRET-7f3a"
+
+
+def catalogue_with(tmp_path: Path, params: dict | None = None, text: str | None = None) -> Path:
+    """The shipped catalogue with check_balance's params schema replaced by `params` (or the
+    file's whole text replaced by `text`)."""
+    spec = json.loads(DEFAULT_CATALOGUE.read_text(encoding="utf-8"))
+    if params is not None:
+        spec["tools"][0]["params"] = params
+    path = tmp_path / "tools.json"
+    path.write_text(text if text is not None else json.dumps(spec), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def loopback_server():
+    """An HTTP server on 127.0.0.1 that answers every GET with a JSON schema and records the
+    paths it was asked for."""
+    hits: list[str] = []
+
+    class Recording(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            body = json.dumps({"type": "string", "pattern": f"^{SECRET}$"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    server.shutdown()
+    server.server_close()
+
+
+def test_catalogue_ref_to_a_url_or_a_file_is_refused_without_fetching(
+    tmp_path, loopback_server, capsys
+):
+    url, hits = loopback_server
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"type": "string", "pattern": f"^{SECRET}$"}), encoding="utf-8")
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    for ref in (f"{url}/s.json", secret.as_uri(), "secret.json"):
+        params = {"type": "object", "properties": {"account": {"$ref": ref}}}
+        catalogue = catalogue_with(tmp_path, params)
+        started = time.monotonic()
+        assert cli.validate(data, out=tmp_path / "runs", catalogue=catalogue) == 2
+        assert time.monotonic() - started < 10
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"toolgrpo validate: {catalogue}: not a tool catalogue: ")
+        assert f"tool 'check_balance': $ref '{ref}' is not a local #/… reference" in line
+        assert SECRET not in line
+    assert hits == []
+    assert not (tmp_path / "runs").exists()
+
+
+def test_catalogue_ref_under_a_remote_base_uri_is_not_fetched(loopback_server):
+    """A `$id` makes even a relative-looking reference a URL; nothing may fetch it."""
+    url, hits = loopback_server
+    params = {"$id": f"{url}/base.json", "properties": {"a": {"$ref": "#/definitions/a"}}}
+    params["definitions"] = {"a": {"type": "string"}}
+    with contextlib.suppress(ValueError):
+        compile_params_schema(params)
+    assert hits == []
+
+
+BAD_SCHEMAS = {
+    "invalid pattern": (
+        {"type": "object", "properties": {"account": {"type": "string", "pattern": "("}}},
+        "tool 'check_balance': pattern '(' is not a regular expression: missing ): (",
+    ),
+    "backreference": (
+        {"type": "string", "pattern": r"^(a)\1$"},
+        r"tool 'check_balance': pattern '^(a)\\1$' is not a regular expression",
+    ),
+    "recursive schema": (
+        {"type": "object", "properties": {"next": {"$ref": "#"}}},
+        "tool 'check_balance': recursive schema: $ref # -> #",
+    ),
+    "reference to nothing": (
+        {"type": "object", "properties": {"a": {"$ref": "#/definitions/nope"}}},
+        "tool 'check_balance': $ref '#/definitions/nope' points at nothing in the schema",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SCHEMAS)
+def test_unusable_params_schema_is_one_line_naming_the_tool(tmp_path, capsys, case):
+    params, message = BAD_SCHEMAS[case]
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    catalogue = catalogue_with(tmp_path, params)
+    assert cli.validate(data, out=tmp_path / "runs", catalogue=catalogue) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert message in line and "Traceback" not in captured.out + captured.err
+
+
+def test_catalogue_with_a_key_twice_is_refused_naming_where(tmp_path):
+    shipped = DEFAULT_CATALOGUE.read_text(encoding="utf-8")
+    twice = catalogue_with(tmp_path, text=shipped.replace('"tools":', '"tools": [], "tools":', 1))
+    with pytest.raises(CatalogueError, match=r"key 'tools' appears twice"):
+        load_catalogue(twice)
+    spec = json.loads(shipped)
+    inner = json.dumps(spec).replace('"type": "object"', '"type": "object", "type": "array"', 1)
+    with pytest.raises(CatalogueError, match=r"tool 'check_balance': key 'type' appears twice"):
+        load_catalogue(catalogue_with(tmp_path, text=inner))
+
+
+def test_backtracking_pattern_costs_linear_time_on_rows_and_model_output(tmp_path):
+    """`^(a+)+$` against 30 a's and a b: minutes with a backtracking engine."""
+    params = {
+        "type": "object",
+        "properties": {"account": {"type": "string", "pattern": "^(a+)+$"}},
+        "required": ["account"],
+    }
+    catalogue = load_catalogue(catalogue_with(tmp_path, params))
+    hostile = {"account": "a" * 30 + "b"}
+    answer = solution("check_balance", hostile)
+    data = write_lines(tmp_path / "rows.jsonl", row_bytes(id="redos", solution=answer))
+    started = time.monotonic()
+    report = validate_samples(load_samples.fn([data], catalogue=catalogue), catalogue=catalogue)
+    assert [p.check for p in report.failures] == ["params_match_schema"]
+    scored = score_completion(answer, answer, catalogue=catalogue)
+    assert scored.params == 0.0
+    assert time.monotonic() - started < 10
+    assert catalogue.params_valid("check_balance", {"account": "a" * 100_000})
+
+
+# --- only regular files are read (issue #42) ---------------------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A named pipe with no writer: opening it to read would wait forever. A watchdog opens
+    its other end after 20 s, so a reader that did open it fails the test instead of hanging."""
+    path = tmp_path / "rows.jsonl"
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def unblock():
+        if not done.wait(20):
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    watchdog = threading.Thread(target=unblock, daemon=True)
+    watchdog.start()
+    yield path
+    done.set()
+
+
+def test_named_pipe_or_device_as_a_data_file_is_one_line_without_opening_it(tmp_path, fifo, capsys):
+    for path, kind in ((fifo, "a named pipe (FIFO)"), (Path("/dev/zero"), "a character device")):
+        started = time.monotonic()
+        assert cli.validate(path, out=tmp_path / "runs") == 2
+        assert time.monotonic() - started < 10
+        assert capsys.readouterr().err == (
+            f"toolgrpo validate: {path} is {kind}, not a regular file: only regular files are "
+            "read\n"
+        )
+        (problem,) = load_samples.fn([path]).problems
+        assert str(problem) == (
+            f"{path}: is {kind}, not a regular file: only regular files are read "
+            "[check: file_readable]"
+        )
+
+
+def test_named_pipe_as_catalogue_review_or_predictions_is_one_line(tmp_path, fifo, capsys):
+    data = write_lines(tmp_path / "data.jsonl", GOOD)
+    started = time.monotonic()
+    assert cli.validate(data, out=tmp_path / "runs", catalogue=fifo) == 2
+    assert cli.apply_review(fifo, overrides=tmp_path / "o.jsonl", data=[data]) == 2
+    assert cli.mine(predictions=fifo, out=tmp_path / "runs") == 2
+    assert time.monotonic() - started < 10
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and all("a named pipe (FIFO), not a regular file" in x for x in lines)
+
+
+def test_gzip_named_jsonl_is_refused_the_same_by_both_readers(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(gzip.compress(GOOD + b"\n"))
+    why = "is gzip-compressed: decompress it first (gunzip) and pass that file"
+    for line_by_line in (False, True):
+        loaded = loader.load_samples([path], line_by_line=line_by_line)
+        assert [str(p) for p in loaded.problems] == [f"{path}: {why} [check: file_readable]"]
+    assert cli.validate(path, out=tmp_path / "runs") == 2
+    assert capsys.readouterr().err == f"toolgrpo validate: {path} {why}\n"
+
+
+@pytest.fixture
+def sigterm_restored():
+    """The process's SIGTERM handler as it was before the test (`cli.main` installs its own)."""
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_sigterm_during_a_read_exits_143_with_one_line(
+    prefect_harness, tmp_path, monkeypatch, capfd, sigterm_restored
+):
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+
+    def read_slowly_and_get_terminated(path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(3)  # the flow stops once its running task returns
+        return None
+
+    monkeypatch.setattr(loader, "input_problem", read_slowly_and_get_terminated)
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["validate", str(data), "--out", str(tmp_path / "runs")])
+    assert exit_.value.code == 143 and time.monotonic() - started < 25
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    assert err.splitlines()[-1] == "toolgrpo: stopped by SIGTERM"
+
+
+# --- two reviewers at once (issue #42) ---------------------------------------------------------
+
+
+def test_two_apply_reviews_at_once_keep_both_decisions(tmp_path, monkeypatch, capsys):
+    """Two merges into one overrides file, each slowed between its read and its write: without
+    the lock the second write replaces the first's decision."""
+    overrides = tmp_path / "label_overrides.jsonl"
+    old = [
+        LabelOverride(id=f"r-{i}", tool="withdraw", reason="r", reviewer="ana") for i in range(5)
+    ]
+    overrides.write_text(merged_overrides([], old), encoding="utf-8")
+    read = mine_tasks.read_overrides
+
+    def read_slowly(path):
+        found = read(path)
+        time.sleep(0.5)  # both have read before either writes, unless one waits
+        return found
+
+    monkeypatch.setattr(mine_tasks, "read_overrides", read_slowly)
+    decisions = [
+        LabelOverride(id=f"new-{who}", tool="deposit", reason="checked", reviewer=who)
+        for who in ("ana", "bo")
+    ]
+    errors: list[BaseException] = []
+
+    def apply(decision):
+        try:
+            mine_tasks.write_label_overrides.fn([decision], overrides)
+        except BaseException as error:
+            errors.append(error)
+
+    reviewers = [threading.Thread(target=apply, args=(d,)) for d in decisions]
+    for reviewer in reviewers:
+        reviewer.start()
+    for reviewer in reviewers:
+        reviewer.join(30)
+    assert errors == []
+    ids = [json.loads(line)["id"] for line in overrides.read_text(encoding="utf-8").splitlines()]
+    assert sorted(ids) == sorted([*(o.id for o in old), "new-ana", "new-bo"])
+    assert capsys.readouterr().out == (
+        f"waiting for another apply-review to finish writing {overrides}\n"
+    )
+
+
+# --- model folders (issue #42) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A randomly initialised tiny model, saved as training saves one (safetensors)."""
+    texts = [json.loads(GOOD)["prompt"], json.loads(GOOD)["solution"]] * 10
+    tokenizer, model = build_tiny(texts, hidden_size=32, num_layers=1, vocab_size=300)
+    path = tmp_path_factory.mktemp("tiny-model")
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+    return path
+
+
+def cut_weights_short(folder: Path) -> None:
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+def pickle_weights(folder: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save(state, folder / "pytorch_model.bin")
+
+
+def widen_config(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(hidden_size=64, intermediate_size=256)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+BROKEN_MODELS = {
+    "truncated safetensors": (cut_weights_short, "the weights file is corrupt or cut short"),
+    "pickled weights": (pickle_weights, "its weights are pickled (pytorch_model.bin)"),
+    "shapes that do not match": (widen_config, "the weights' shapes do not match config.json"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_MODELS)
+def test_broken_model_folder_is_one_line_exit_2(
+    prefect_harness, tiny_model_dir, tmp_path, capsys, case
+):
+    damage, message = BROKEN_MODELS[case]
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    damage(folder)
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    started = time.monotonic()
+    assert cli.evaluate(model=folder, data=[data], out=tmp_path / "runs", torch_threads=1) == 2
+    assert time.monotonic() - started < 10
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"toolgrpo evaluate: {folder}: ") and message in last
+
+
+def test_max_new_tokens_beyond_the_models_positions_is_refused(
+    prefect_harness, tiny_model_dir, tmp_path, capsys
+):
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    started = time.monotonic()
+    status = cli.evaluate(
+        model=tiny_model_dir, data=[data], out=tmp_path / "runs", max_new_tokens=100_000_000
+    )
+    assert status == 2 and time.monotonic() - started < 10
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("toolgrpo evaluate: max_new_tokens 100,000,000 is beyond the model's ")
+
+
+# --- config values checked before any run (issue #42) ------------------------------------------
+
+BAD_SETTINGS = {
+    "sft.lr_scheduler_type=evil": "sft.lr_scheduler_type: 'evil' is not a transformers "
+    "SchedulerType (one of linear, cosine,",
+    "sft.lr_scheduler_type=cosin": "(did you mean 'cosine'? one of linear,",
+    "sft.learning_rate=.inf": "sft.learning_rate: Input should be a finite number",
+    "grpo.learning_rate=.nan": "grpo.learning_rate: Input should be a finite number",
+    f"grpo.max_steps={10**400}": "grpo.max_steps: a 1329-bit integer is beyond 64 bits",
+}
+
+
+@pytest.mark.parametrize("setting", BAD_SETTINGS)
+def test_unusable_setting_is_one_line_before_any_run(tmp_path, capsys, setting):
+    started = time.monotonic()
+    assert cli.run(preset="smoke", set_=[setting], out=tmp_path / "runs") == 2
+    assert time.monotonic() - started < 10
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("toolgrpo run: preset 'smoke': invalid training config: ")
+    assert BAD_SETTINGS[setting] in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_scheduler_names_are_transformers_own():
+    from transformers.trainer_utils import SchedulerType
+
+    assert tuple(scheduler.value for scheduler in SchedulerType) == LR_SCHEDULER_TYPES
+
+
+# --- invisible characters shown escaped (issue #42) --------------------------------------------
+
+INVISIBLE = {
+    "zero-width space": ("\u200b", "\\u200b"),
+    "right-to-left mark": ("\u200f", "\\u200f"),
+    "arabic letter mark": ("\u061c", "\\u061c"),
+    "line separator": ("\u2028", "\\u2028"),
+    "paragraph separator": ("\u2029", "\\u2029"),
+    "byte-order mark": ("\ufeff", "\\ufeff"),
+    "tag character": ("\U000e0041", "\\U000e0041"),
+}
+
+
+def test_every_format_and_separator_character_is_escaped():
+    invisible = [
+        chr(code)
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in ("Cf", "Zl", "Zp")
+    ]
+    assert all(shown(character).startswith("\\") for character in invisible)
+    assert shown("余额 café ACC001") == "余额 café ACC001"
+
+
+@pytest.mark.parametrize("case", INVISIBLE)
+def test_invisible_characters_in_ids_reach_terminal_csv_and_review_escaped(
+    prefect_harness, tmp_path, capsys, case
+):
+    character, escape = INVISIBLE[case]
+    row_id = f"r{character}1"
+    twice = row_bytes(id=row_id, scenario_id="s-2")
+    data = write_lines(tmp_path / "rows.jsonl", GOOD, row_bytes(id=row_id), twice)
+    assert cli.validate(data, out=tmp_path / "runs") == 1
+    out = capsys.readouterr().out
+    assert character not in out and f'id "r{escape}1" is used by more than one row' in out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    for report in ("failures.csv", "report.md"):
+        text = (run_dir / report).read_text(encoding="utf-8")
+        assert character not in text and f"r{escape}1" in text, report
+
+    data, reviewed = review_case(tmp_path, decided(row_id, "check_balance", "keep"))
+    assert cli.apply_review(reviewed, overrides=tmp_path / "o.jsonl", data=[data]) == 1
+    err = capsys.readouterr().err
+    assert character not in err and f"id r{escape}1 is in none of the data files" in err
+
+
+def test_review_with_a_problem_on_every_row_prints_a_capped_list(tmp_path, apply_review):
+    rows = [decided(f"r-{i}", "launch_rocket", "keep") for i in range(cli.MAX_LISTED_PROBLEMS + 50)]
+    data, reviewed = review_case(tmp_path, *rows)
+    status, err, _ = apply_review(reviewed, data)
+    assert status == 1 and len(err) == cli.MAX_LISTED_PROBLEMS + 2
+    assert err[-2] == "... and 50 more problem(s) of the same file(s)"
+    assert err[-1].endswith(f"{cli.MAX_LISTED_PROBLEMS + 50} problem(s); nothing was written to "
+                            f"{tmp_path / 'label_overrides.jsonl'}")  # fmt: skip
