@@ -5,8 +5,7 @@ way the next data gate checks them, so that a decision the next run would reject
 from __future__ import annotations
 
 import csv
-import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,44 +54,60 @@ class Decision:
     override: LabelOverride
 
 
-def _review_rows(path: Path) -> tuple[list[tuple[int, dict[str, str]]], list[Problem]]:
-    """(first line, cells) of each row of the review CSV, cells as they were before
-    `write_csv_file` made them spreadsheet-safe, and the problems of the file itself. Raises
+def _utf8_problem(path: Path) -> Problem | None:
+    """The first line of `path` that is not UTF-8, as a problem; read line by line, so a review
+    of a million rows is never held whole."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                message = (
+                    f"not UTF-8 (byte {raw[error.start]:#04x}); re-save the file as UTF-8 "
+                    '(Excel: "CSV UTF-8") and run again'
+                )
+                return Problem(file=str(path), line=number, check=REVIEW_UTF8, message=message)
+    return None
+
+
+def _decided_rows(path: Path, problems: list[Problem]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(first line, cells) of each row of the review CSV that carries a decision, cells as they
+    were before `write_csv_file` made them spreadsheet-safe; the problems of the file itself go
+    to `problems`. Streamed: memory follows the decisions, not the queue's length. Raises
     `UnreadableInput` (an OSError) for a path that is not a regular, uncompressed file."""
     check_input(path)
-    file, raw = str(path), Path(path).read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")  # with or without the byte-order mark Excel writes
-    except UnicodeDecodeError as error:
-        message = (
-            f"not UTF-8 (byte {raw[error.start]:#04x}); re-save the file as UTF-8 "
-            '(Excel: "CSV UTF-8") and run again'
-        )
-        line = raw.count(b"\n", 0, error.start) + 1
-        return [], [Problem(file=file, line=line, check=REVIEW_UTF8, message=message)]
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = reader.fieldnames or []
-    missing = [column for column in NEEDED_COLUMNS if column not in header]
-    if missing:
-        message = f"header lacks the review column(s) {', '.join(missing)}"
-        return [], [Problem(file=file, line=1, check=REVIEW_COLUMNS_PRESENT, message=message)]
-    rows, problems = [], []
-    start = reader.line_num + 1
-    try:
-        for cells in reader:
-            line, start = start, reader.line_num + 1
-            if None in cells or None in cells.values():  # a short or long row (DictReader)
-                given = len(header) + len(cells.get(None, [])) - list(cells.values()).count(None)
-                message = f"{given} cell(s) where the header has {len(header)}"
-                problems.append(
-                    Problem(file=file, line=line, check=REVIEW_ROW_COMPLETE, message=message)
-                )
-            else:
-                rows.append((line, {name: cell_text(cell).strip() for name, cell in cells.items()}))
-    except csv.Error as error:
-        message = f"not readable as CSV: {error}"
-        problems.append(Problem(file=file, line=start, check=REVIEW_CSV, message=message))
-    return rows, problems
+    if (problem := _utf8_problem(path)) is not None:
+        problems.append(problem)
+        return
+    file = str(path)
+    # with or without the byte-order mark Excel writes
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        missing = [column for column in NEEDED_COLUMNS if column not in header]
+        if missing:
+            message = f"header lacks the review column(s) {', '.join(missing)}"
+            problems.append(
+                Problem(file=file, line=1, check=REVIEW_COLUMNS_PRESENT, message=message)
+            )
+            return
+        start = reader.line_num + 1
+        try:
+            for cells in reader:
+                line, start = start, reader.line_num + 1
+                if None in cells or None in cells.values():  # a short or long row (DictReader)
+                    given = (
+                        len(header) + len(cells.get(None, [])) - list(cells.values()).count(None)
+                    )
+                    message = f"{given} cell(s) where the header has {len(header)}"
+                    problems.append(
+                        Problem(file=file, line=line, check=REVIEW_ROW_COMPLETE, message=message)
+                    )
+                elif cell_text(cells["decision"]).strip():  # else not reviewed yet
+                    yield line, {name: cell_text(cell).strip() for name, cell in cells.items()}
+        except csv.Error as error:
+            message = f"not readable as CSV: {error}"
+            problems.append(Problem(file=file, line=start, check=REVIEW_CSV, message=message))
 
 
 def _override(cells: dict[str, str], catalogue: Catalogue) -> LabelOverride | tuple[str, str]:
@@ -127,11 +142,9 @@ def _override(cells: dict[str, str], catalogue: Catalogue) -> LabelOverride | tu
 
 def _decisions(path: Path, catalogue: Catalogue) -> tuple[list[Decision], list[Problem]]:
     """Each decided row of the review as a `Decision`, and why the others cannot be one."""
-    rows, problems = _review_rows(path)
+    problems: list[Problem] = []
     decisions: dict[str, Decision] = {}
-    for line, cells in rows:
-        if not cells["decision"]:
-            continue  # not reviewed yet
+    for line, cells in _decided_rows(path, problems):
         row_id = shown(cells["id"])
         override = _override(cells, catalogue)
         first = decisions.get(cells["id"])

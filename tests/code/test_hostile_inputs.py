@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 import unicodedata
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.flows import cli
 from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
-from toolgrpo.mining.review import merged_overrides
+from toolgrpo.mining.review import merged_overrides, overrides_from_review
 from toolgrpo.schemas.catalogue import (
     DEFAULT_CATALOGUE,
     CatalogueError,
@@ -891,3 +892,24 @@ def test_review_with_a_problem_on_every_row_prints_a_capped_list(tmp_path, apply
     assert err[-2] == "... and 50 more problem(s) of the same file(s)"
     assert err[-1].endswith(f"{cli.MAX_LISTED_PROBLEMS + 50} problem(s); nothing was written to "
                             f"{tmp_path / 'label_overrides.jsonl'}")  # fmt: skip
+
+
+def test_a_long_review_is_streamed_holding_only_its_decisions(tmp_path):
+    """Case 12: a queue of 100k rows, two decided, is read in memory that follows the decisions
+    (read whole it held every row's cells: ~100 MB here, 7.6 GB at 1M rows)."""
+    data, reviewed = review_case(tmp_path, decided("r-1", "check_balance", "keep"))
+    pending = dict.fromkeys([*QUEUE_COLUMNS, *REVIEW_COLUMNS], "")
+    pending |= {"prompt": "Withdraw 50 rupees from ACC002 " * 4, "label": "withdraw"}
+    with reviewed.open("a", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*QUEUE_COLUMNS, *REVIEW_COLUMNS])
+        writer.writerows({**pending, "id": f"p-{i}"} for i in range(100_000))
+        writer.writerow(decided("r-2", "transfer_funds", "keep"))
+    rows = load_samples([data]).frame
+    tracemalloc.start()
+    try:
+        overrides = overrides_from_review(reviewed, rows, allow_unknown=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [override.id for override in overrides] == ["r-1", "r-2"]
+    assert peak < 10_000_000, f"peak {peak / 1e6:.0f} MB"
