@@ -28,6 +28,11 @@ The rules, by the name reports give them (`[check: name]`):
   figures its prompt states meet the request's condition and replies when they do not: the
   balance against the amount asked; the balance against quantity × the quoted price; the quoted
   price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜").
+- `params_match_request`: the label's params take the values its request and its history's
+  observations state: each param read as its JSON Schema says (`validation.stated_values`: a
+  number among the amounts written within its bounds, a patterned string among the words its
+  pattern matches, an enum member among the members named), and from/to params not reversed.
+  Silent for a param whose value the text does not state.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ from toolgrpo.schemas.samples import (
     ExecutedStep,
     split_prompt,
 )
+from toolgrpo.validation.stated_values import params_contradictions
 from toolgrpo.validation.wording import (
+    announcement,
     keyword_hits,
     keyword_patterns,
     mask_identifiers,
@@ -59,6 +66,7 @@ STEP_MATCHES_HISTORY = "step_matches_history"
 STEP_NOT_REPEATED = "step_not_repeated"
 STEP_NAMED_BY_REQUEST = "step_named_by_request"
 BRANCH_MATCHES_FIGURES = "branch_matches_figures"
+PARAMS_MATCH_REQUEST = "params_match_request"
 REPLY_TOOL = "respond"
 
 # What a limit's neighbours say about the direction of a price condition.
@@ -165,22 +173,24 @@ def consistent_thought(text: str, tool: str, catalogue: Catalogue) -> bool:
     return thought_action_consistent(answer, catalogue)
 
 
-def _announced(text: str, catalogue: Catalogue) -> list[str]:
-    """The tools `text` announces, as `thought_action_consistent` reads a thought."""
-    tools = [tool for tool in catalogue.names if consistent_thought(text, tool, catalogue)]
-    return [] if len(tools) == len(catalogue.names) else tools
-
-
 def _against_action(
     check: str, part: str, text: str, label: Label, catalogue: Catalogue
 ) -> LabelInconsistency | None:
     if label.tool not in catalogue.names or consistent_thought(text, label.tool, catalogue):
         return None
-    announced = _announced(text, catalogue)
+    announced = announcement(text, catalogue)
+    if not announced.tools or label.tool in announced.tools:
+        return None  # a text too long or blank to read back as a thought announces nothing
+    done = {step.tool for step in label.history.values()}
+    if not announced.committed and announced.tools <= done:
+        # no marked clause names a tool, and the tools named are steps done, which the text
+        # may report ("the reading is in, …"): the keywords cannot tell, the rule stays silent
+        return None
+    tools = sorted(announced.tools, key=catalogue.names.index)
     return label.breaks(
         check,
-        f"its {part} announces {' or '.join(announced)}, its action is {label.tool}: “{text}”",
-        announced[0] if len(announced) == 1 else None,
+        f"its {part} announces {' or '.join(tools)}, its action is {label.tool}: “{text}”",
+        tools[0] if len(tools) == 1 else None,
     )
 
 
@@ -367,6 +377,15 @@ def branch_matches_figures(
     )
 
 
+def params_match_request(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """The label's params take the values its request and history state."""
+    observations = [step.observation for _, step in sorted(label.history.items())]
+    found = params_contradictions(label.tool, label.params, label.request, observations, catalogue)
+    return label.breaks(PARAMS_MATCH_REQUEST, "; ".join(found)) if found else None
+
+
 RULES = (
     thought_announces_action,
     plan_starts_with_action,
@@ -374,4 +393,5 @@ RULES = (
     step_not_repeated,
     step_named_by_request,
     branch_matches_figures,
+    params_match_request,
 )

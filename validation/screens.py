@@ -19,10 +19,13 @@ from toolgrpo.schemas.samples import (
 from toolgrpo.validation.label_rules import (
     REPLY_TOOL,
     RULES,
+    Label,
     consistent_thought,
     figures_verdict,
+    params_match_request,
     request_names,
 )
+from toolgrpo.validation.stated_values import param_readings
 from toolgrpo.validation.wording import (
     tool_keywords,
 )
@@ -237,6 +240,26 @@ def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
     return pl.col("branch").is_not_null() & pl.col(ROW).is_in(suspects.to_series().implode())
 
 
+def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
+    """Whether `params_match_request` flags the row: the rule judges each distinct (prompt,
+    solution, tool) of a tool with a param it can check once (it reads nothing else)."""
+    checked = [
+        tool
+        for tool, readings in param_readings(catalogue).items()
+        if any(r.kind is not None or r.role is not None for r in readings)
+    ]
+    keys = ["prompt", "solution", "tool"]
+    distinct = frame.filter(pl.col("tool").is_in(checked)).select(keys).unique()
+    fixed = {"id": "", "file": "", "line": 0, "scenario_id": "", "step": 1, "branch": None}
+    labels = (Label.of(fixed | row) for row in distinct.iter_rows(named=True))
+    flagged = pl.Series(
+        [params_match_request(label, {}, catalogue) is not None for label in labels],
+        dtype=pl.Boolean,
+    )
+    rows = frame.join(distinct.filter(flagged), on=keys, how="semi").get_column(ROW)
+    return pl.col(ROW).is_in(rows.implode())
+
+
 def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
     """`frame` with a column per rule (its name): whether the rule could flag the row, and
     `NEEDED`: whether the rules read the row at all."""
@@ -260,6 +283,7 @@ def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
         plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue),
         step_named_by_request=_unnamed_last_steps(frame, lines, catalogue),
         branch_matches_figures=_contradicted_branches(frame, lines),
+        params_match_request=_contradicted_params(frame, catalogue),
     )
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))
