@@ -27,7 +27,9 @@ The rules, by the name reports give them (`[check: name]`):
 - `branch_matches_figures`: a conditional step (`condition`, or a multi-step reply) acts when the
   figures its prompt states meet the request's condition and replies when they do not: the
   balance against the amount asked; the balance against quantity × the quoted price; the quoted
-  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜").
+  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜"); in a
+  history with no balance or quote step (another catalogue), the latest step's reading against
+  such a limit ("if the bedroom is below 19 degrees").
 - `params_match_request`: the label's params take the values its request and its history's
   observations state: each param read as its JSON Schema says (`validation.stated_values`: a
   number among the amounts written within its bounds, a patterned string among the words its
@@ -54,9 +56,9 @@ from toolgrpo.schemas.samples import (
 from toolgrpo.validation.stated_values import params_contradictions
 from toolgrpo.validation.wording import (
     announcement,
-    keyword_hits,
     keyword_patterns,
     mask_identifiers,
+    outer_keyword_hits,
     thought_action_consistent,
 )
 
@@ -182,9 +184,10 @@ def _against_action(
     if not announced.tools or label.tool in announced.tools:
         return None  # a text too long or blank to read back as a thought announces nothing
     done = {step.tool for step in label.history.values()}
-    if not announced.committed and announced.tools <= done:
-        # no marked clause names a tool, and the tools named are steps done, which the text
-        # may report ("the reading is in, …"): the keywords cannot tell, the rule stays silent
+    if not announced.committed and (announced.marked or announced.tools <= done):
+        # no marked clause names a tool: the text commits ("so I carry on") in words the
+        # keywords miss, or names only steps done, which it may report ("the reading is in,
+        # …"); the keywords cannot tell, so the rule stays silent
         return None
     tools = sorted(announced.tools, key=catalogue.names.index)
     return label.breaks(
@@ -257,8 +260,9 @@ def _request_patterns(catalogue: Catalogue) -> dict[str, re.Pattern[str]]:
 
 
 def request_names(request: str, catalogue: Catalogue) -> dict[str, list[str]]:
-    """Per tool, the words of `request` that name it (`validation.wording`)."""
-    return keyword_hits(mask_identifiers(request), _request_patterns(catalogue))
+    """Per tool, the words of `request` that name it (`validation.wording`), a word inside a
+    longer keyword of another tool left to that tool."""
+    return outer_keyword_hits(mask_identifiers(request), _request_patterns(catalogue))
 
 
 def step_named_by_request(
@@ -321,16 +325,21 @@ class Verdict(NamedTuple):
 def condition_verdict(request: str, history: dict[int, ExecutedStep]) -> Verdict | None:
     """What the figures of a conditional step's prompt (its request and executed steps) say;
     None when the figures needed do not parse."""
-    return figures_verdict(
-        request, _observed(history, "check_balance"), _observed(history, "get_quote")
-    )
+    balance, quote = _observed(history, "check_balance"), _observed(history, "get_quote")
+    latest = history[max(history)].observation if history else None
+    return figures_verdict(request, balance, quote, latest)
 
 
 def figures_verdict(
-    request: str, balance_seen: str | None, quote_seen: str | None
+    request: str, balance_seen: str | None, quote_seen: str | None, latest_seen: str | None = None
 ) -> Verdict | None:
     """`condition_verdict` from the request and what the latest balance and quote steps
-    report (None: no such step)."""
+    report (None: no such step); without either, the latest step's observation, read like a
+    quote against a limit in any catalogue ("if the bedroom is below 19 degrees, …" after
+    `read_sensor → bedroom 17.5 degrees`)."""
+    reading = "quote"
+    if balance_seen is None and quote_seen is None and latest_seen is not None:
+        quote_seen, reading = latest_seen, "reading"
     balance, price = _sole_amount(balance_seen), _sole_amount(quote_seen)
     asked = amounts_in(request)
     if balance is not None and price is not None and len(asked) == 1:
@@ -353,7 +362,7 @@ def figures_verdict(
         holds = value < amount.value if below else value > amount.value
         side = "below" if value < amount.value else "above" if value > amount.value else "at"
         wanted = "below" if below else "above"
-        why = f"the quote {price.text} is {side} the limit {amount.text} (wanted {wanted})"
+        why = f"the {reading} {price.text} is {side} the limit {amount.text} (wanted {wanted})"
         return Verdict(holds, why, (value, amount.value))
     return None
 

@@ -220,12 +220,20 @@ def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
 
 def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
     """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
-    (`figures_verdict` of its request and latest balance and quote, each distinct triple judged
-    once) point at the branch it does not take, or whose history polars may read otherwise."""
-    figures = ("request", "check_balance", "get_quote")
+    (`figures_verdict` of its request and latest balance, quote and observation, each
+    distinct combination judged once) point at the branch it does not take, or whose history
+    polars may read otherwise."""
+    figures = ("request", "check_balance", "get_quote", "latest")
     conditional = frame.filter(pl.col("branch").is_not_null()).select(ROW, "request", "branch")
-    for tool in figures[1:]:
+    for tool in figures[1:3]:
         conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
+    # the latest step's observation, which `figures_verdict` reads without a balance or quote
+    latest = lines.group_by(ROW).agg(latest=pl.col("observation").sort_by("recorded_step").last())
+    conditional = conditional.join(latest, on=ROW, how="left").with_columns(
+        latest=pl.when(pl.col("check_balance").is_null() & pl.col("get_quote").is_null()).then(
+            "latest"
+        )
+    )
     triples = conditional.select(figures).unique()
     verdicts = [figures_verdict(*triple) for triple in triples.iter_rows()]
     holds = pl.Series("holds", [v.holds if v else None for v in verdicts], dtype=pl.Boolean)

@@ -36,9 +36,10 @@ _ROLE_PARTS = {
     FROM: {"from", "source", "src", "origin", "sender"},
     TO: {"to", "target", "destination", "dest", "recipient", "into"},
 }
+_ARTICLE = r"(?:\b(?:the|my|our)\s+)?"
 _ROLE_BEFORE = {
-    FROM: re.compile(r"(?:\b(?:from|out of)|从|由)\s*$", re.IGNORECASE),
-    TO: re.compile(r"(?:\b(?:to|into|onto)|给|到|向|转入|转给|打给)\s*$", re.IGNORECASE),
+    FROM: re.compile(rf"(?:\b(?:from|out of)|从|由)\s*{_ARTICLE}$", re.IGNORECASE),
+    TO: re.compile(rf"(?:\b(?:to|into|onto)|给|到|向|转入|转给|打给)\s*{_ARTICLE}$", re.IGNORECASE),
 }
 # A figure written as a change of a value, not the value: "by 2 degrees", "3 more", "调高 2 度".
 _CHANGE_BEFORE = re.compile(r"(?:\bby|调高|调低|升高|降低|增加|减少)\s*$", re.IGNORECASE)
@@ -190,17 +191,25 @@ def stated_members(text: str, reading: ParamReading) -> dict[str, str]:
     return named
 
 
-def _marks(text: str, value: str) -> dict[str, str] | None:
+def _occurrences(text: str, reading: ParamReading, value: str) -> list[re.Match[str]]:
+    """Where `text` writes `value`: an enum member by its words, any other value as written."""
+    for member, pattern in reading.members:
+        if member == value:
+            return list(pattern.finditer(text))
+    edge = r"\b" if value[:1].isalnum() and value.isascii() else ""
+    return list(re.finditer(edge + re.escape(value) + edge, text))
+
+
+def _marks(text: str, reading: ParamReading, value: str) -> dict[str, str] | None:
     """The directions `text` gives `value` (from / to), each with the words that give it;
     None when `text` does not write `value`."""
     marks: dict[str, str] = {}
-    edge = r"\b" if value[:1].isalnum() and value.isascii() else ""
-    found = list(re.finditer(edge + re.escape(value) + edge, text))
+    found = _occurrences(text, reading, value)
     for match in found:
         before = text[max(0, match.start() - _LOOKBACK) : match.start()]
         for role, pattern in _ROLE_BEFORE.items():
             if word := pattern.search(before):
-                marks.setdefault(role, f"{word.group(0)}{value}")
+                marks.setdefault(role, f"{word.group(0)}{match.group(0)}")
     return marks if found else None
 
 
@@ -234,7 +243,7 @@ def _reversed(
     """Why the from/to params read reversed: one's value is marked only with the other's
     direction, and the other's value is written in the request, not marked with its own."""
     marks = {
-        r.name: _marks(request, params[r.name])
+        r.name: _marks(request, r, params[r.name])
         for r in readings
         if r.role is not None and isinstance(params.get(r.name), str) and params[r.name]
     }

@@ -56,6 +56,25 @@ def keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str
     return hits
 
 
+def outer_keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str, list[str]]:
+    """`keyword_hits` without the hits inside a longer hit of another tool: "stop the music"
+    names stop_music, not also play_music ("music")."""
+    spans = [
+        (match.start(), match.end(), name, match.group(0))
+        for name, pattern in patterns.items()
+        for match in pattern.finditer(request)
+    ]
+    hits: dict[str, list[str]] = {}
+    for start, end, name, word in spans:
+        inside = any(
+            other != name and s <= start and end <= e and e - s > end - start
+            for s, e, other, _ in spans
+        )
+        if not inside:
+            hits.setdefault(name, []).append(word)
+    return hits
+
+
 # ... and so are the same accounts written out: "my checking account" names no check_balance.
 _NAMED_ACCOUNT = re.compile(r"\b(?:checking|savings|brokerage|wealth) account\b", re.IGNORECASE)
 
@@ -147,24 +166,28 @@ def _tools_named(text: str, catalogue: Catalogue) -> set[str]:
 class Announcement(NamedTuple):
     """The tools a thought announces, and whether a step marker's clause named them
     (`committed`) or, no marked clause naming a tool, the whole thought did: then a tool it
-    names may be an earlier step's result it reports ("the reading is in, …")."""
+    names may be an earlier step's result it reports ("the reading is in, …"), and `marked`
+    says whether it committed in words no keyword names ("… so I carry on")."""
 
     tools: set[str]
     committed: bool
+    marked: bool  # a step marker was found, whether or not a clause from it named a tool
 
 
 def announcement(thought: str, catalogue: Catalogue) -> Announcement:
     """What the thought commits to now (see `thought_action_consistent`)."""
     clauses = _CLAUSE_BREAK.split(thought)
+    any_marker = False
     for marker in _STEP_MARKERS:
         marked = next((i for i, clause in enumerate(clauses) if marker.search(clause)), None)
         if marked is None:
             continue
+        any_marker = True
         # "First, check the balance": the step's tool may sit in the clause after the marker.
         for clause in clauses[marked:]:
             if named := _tools_named(clause, catalogue):
-                return Announcement(named, committed=True)
-    return Announcement(_tools_named(thought, catalogue), committed=False)
+                return Announcement(named, committed=True, marked=True)
+    return Announcement(_tools_named(thought, catalogue), committed=False, marked=any_marker)
 
 
 def thought_action_consistent(completion: object, catalogue: Catalogue | None = None) -> bool:

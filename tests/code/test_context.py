@@ -375,10 +375,12 @@ def test_a_value_the_history_states_counts_once_the_request_states_one(tmp_path)
             ["check_balance → 150,000"],
             False,
         ),
-        # no marked clause names a tool, and the tools named are done: a report, silent
-        ("Balance checked and enough, so I go ahead.", ["check_balance → 150,000"], False),
+        # it commits in words no keyword names: what it names before is a report, silent
+        ("Balance checked and enough, so I go ahead.", [], False),
+        # no marker, and the tools named are done: a report, silent
+        ("Balance checked and it is enough.", ["check_balance → 150,000"], False),
         # ... but not when the tool named is not done yet
-        ("Balance checked and enough, so I go ahead.", [], True),
+        ("The user wants the balance of ACC001.", [], True),
         ("I will check the balance of ACC001.", ["check_balance → 150,000"], True),
     ],
 )
