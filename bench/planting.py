@@ -173,7 +173,7 @@ def plant_mistakes(
     kinds: dict[str, Kind],
     per_kind: int,
     seed: int = 0,
-    leave_alone: set[str] = frozenset(),  # type: ignore[assignment]
+    leave_alone: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[list[Row], dict[str, str]]:
     """`rows` with `per_kind` rows of every kind replaced, and the answer key (id → kind). Each
     kind takes whole multi-step scenarios of its own, its rows spread evenly over the rows'

@@ -248,12 +248,13 @@ def _reversed(
         if r.role is not None and isinstance(params.get(r.name), str) and params[r.name]
     }
     roles = {r.name: r.role for r in readings}
-    for name, given in marks.items():
+    written = {name: given for name, given in marks.items() if given is not None}
+    for name, given in written.items():
         other = TO if roles[name] == FROM else FROM
-        if given is None or set(given) != {other}:
+        if set(given) != {other}:
             continue
-        partners = [n for n in marks if roles[n] == other and marks[n] is not None]
-        if partners and all(other not in marks[n] for n in partners):  # type: ignore[operator]
+        partners = [marked for n, marked in written.items() if roles[n] == other]
+        if partners and all(other not in marked for marked in partners):
             return f"{name} {params[name]}, where the request says “{given[other]}”: reversed"
     return None
 
