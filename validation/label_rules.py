@@ -10,9 +10,13 @@ rows are absent) stays silent.
 The rules, by the name reports give them (`[check: name]`):
 
 - `thought_announces_action`: the label's thought announces the tool its action calls (the
-  rule `training.rewards.thought_action_consistent` applies to model output, applied to labels).
+  rule `training.rewards.thought_action_consistent` applies to model output, applied to labels:
+  the clause it commits with, "so I …", "now …", "I will …", 所以…). Where no marked clause
+  names a tool, the keywords cannot tell a report from a commitment: the rule is silent when
+  the thought commits in other words ("…, so I carry on") or names only steps its history
+  shows done ("The reading is in, …").
 - `plan_starts_with_action`: the first item of the label's plan names the action's tool, or no
-  tool: a plan lists the steps still to do, this one first.
+  tool: a plan lists the steps still to do, this one first (read as a thought is).
 - `step_matches_history`: a step's tool is the one the scenario's later prompts record as
   executed at that step (`Step k: <tool> → …`); the history is the execution log, not a label.
 - `step_not_repeated`: a step does not redo the step its history shows was just executed: the
