@@ -24,6 +24,7 @@ shipped training rows and in a second domain's (a smart-home catalogue and rows,
 the flagged rows, the share of the domain's clean rows flagged, each false alarm and each miss:
 
     python bench/mine.py context [--domain finance|smart-home|both] [--seed N] [--untuned]
+    python bench/mine.py context --domain own --rows my/train/*.jsonl --catalogue my_tools.json
 
 Goals (issue 17): recall >= 80% on every kind, precision >= 80%, the wording kind 9/9, no false
 alarm on the shipped rows. Issue 44: wrong params >= 80% on both domains, precision >= 90%, at
@@ -358,11 +359,35 @@ def print_context_scores(domain: str, scores: dict[str, Any], planted: list[Row]
 
 
 @app.command
-def context(*, domain: str = "both", seed: int = 0, untuned: bool = False) -> None:
+def context(
+    *,
+    domain: str = "both",
+    seed: int = 0,
+    untuned: bool = False,
+    rows: list[Path] | None = None,
+    catalogue: Path | None = None,
+) -> None:
     """Plant the mistakes of each domain's kinds (wrong params among them) and score the context
     checks alone, no model: DOMAIN is `finance` (the shipped training rows and catalogue),
     `smart-home` (`bench.domains.smart_home`: its rows drawn with SEED, its catalogue with its
-    one keyword tuning pass unless --untuned) or `both`."""
+    one keyword tuning pass unless --untuned), `both`, or `own`: your ROWS (JSONL files) and
+    CATALOGUE, with the kinds that need no words of a domain (copied row, swapped steps, goal
+    first, wrong params)."""
+    if domain == "own":
+        if not rows or catalogue is None:
+            raise SystemExit("--domain own needs --rows FILE… and --catalogue PATH")
+        own = load_catalogue(catalogue)
+        clean = [json.loads(line) for path in rows for line in path.read_text().splitlines()]
+        kinds = {
+            "copied row above": copy_row_above,
+            "goal labelled first": label_the_goal_first,
+            "adjacent steps swapped": swap_adjacent_steps,
+            WRONG_PARAMS: wrong_params(own),
+        }
+        planted_rows, key = planting.plant_mistakes(clean, kinds, ROWS_PER_KIND, seed)
+        scores = score_context_checks(clean, planted_rows, key, own)
+        print_context_scores(f"your rows ({catalogue})", scores, planted_rows)
+        return
     if domain in ("finance", "both"):
         clean = _shipped_training_rows()
         planted_rows, key = plant_mistakes(clean, seed)
