@@ -18,17 +18,26 @@ flagged as a label issue, and each false alarm with its evidence:
     python bench/mine.py planted [--preset cpu] [--set FIELD=VALUE]… [--audit-folds K]
     python bench/mine.py planted --run RUN_DIR   # re-mine a planted run's predictions, no training
 
+`context` scores the context checks alone (no model, seconds): the same kinds planted in the
+shipped training rows and in a second domain's (a smart-home catalogue and rows,
+`bench/domains/smart_home.py`), with wrong params among them; recall per kind, precision over
+the flagged rows, the share of the domain's clean rows flagged, each false alarm and each miss:
+
+    python bench/mine.py context [--domain finance|smart-home|both] [--seed N] [--untuned]
+    python bench/mine.py context --domain own --rows my/train/*.jsonl --catalogue my_tools.json
+
 Goals (issue 17): recall >= 80% on every kind, precision >= 80%, the wording kind 9/9, no false
-alarm on the shipped rows.
+alarm on the shipped rows. Issue 44: wrong params >= 80% on both domains, precision >= 90%, at
+most 1% of the second domain's clean rows flagged, the shipped kinds >= 92% at 100% precision.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,13 +45,30 @@ import cyclopts
 import polars as pl
 from cyclopts import Parameter
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.…` as a script, too
+
+from bench import planting
+from bench.domains import smart_home
+from bench.planting import (
+    WRONG_PARAMS,
+    Kind,
+    copy_row_above,
+    label_the_goal_first,
+    relabel_pair,
+    relabelled,
+    reply_instead,
+    score_context_checks,
+    solution_of,
+    swap_adjacent_steps,
+    wrong_params,
+)
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import EvalSettings, predict
 from toolgrpo.flows.cli import config_overrides
 from toolgrpo.mining.categorise import LABEL_ISSUES
 from toolgrpo.mining.confident import ranked_label_issues
 from toolgrpo.mining.report import MiningReport, mine_errors
-from toolgrpo.schemas.catalogue import load_catalogue
+from toolgrpo.schemas.catalogue import default_catalogue, load_catalogue
 from toolgrpo.validation.loader import load_samples
 
 app = cyclopts.App(help=__doc__)
@@ -129,15 +155,6 @@ def main(
 # --- realistic annotator mistakes, planted in a copy of the training files --------------------
 
 
-def _solution(row: Row) -> dict[str, Any]:
-    return json.loads(row["solution"])
-
-
-def _relabelled(row: Row, tool: str, solution: dict[str, Any], condition: str | None) -> Row:
-    text = json.dumps(solution, ensure_ascii=False)
-    return {**row, "tool": tool, "solution": text, "condition": condition}
-
-
 # What an annotator who misread the figures writes: a reply, in the row's language.
 _REFUSAL = {
     "en": (
@@ -152,61 +169,6 @@ _REFUSAL = {
     ),
 }
 _SAME_PARAMS = {"deposit": "withdraw", "withdraw": "deposit"}
-
-
-def misread_figures(scenario: list[Row], rng: random.Random) -> list[Row] | None:
-    """A condition that holds labelled as failing: the figures misread (10万 as 1万), a reply."""
-    last = scenario[-1]
-    if last.get("condition") != "holds":
-        return None
-    thought, message, step = _REFUSAL[last["lang"]]
-    action = {"tool": "respond", "params": {"message": message}}
-    return [
-        _relabelled(
-            last, "respond", {"thought": thought, "action": action, "plan": [step]}, "fails"
-        )
-    ]
-
-
-def copy_row_above(scenario: list[Row], rng: random.Random) -> list[Row] | None:
-    """Step k labelled with step k-1's answer: the row above pasted again."""
-    k = rng.randrange(1, len(scenario))
-    above = scenario[k - 1]
-    return [_relabelled(scenario[k], above["tool"], _solution(above), None)]
-
-
-def change_tool_keep_reasoning(scenario: list[Row], rng: random.Random) -> list[Row] | None:
-    """A deposit relabelled withdraw (or back), the tool fixed but thought and plan left as they
-    were: the params fit both tools, so the row passes the gate."""
-    candidates = [row for row in scenario if row["tool"] in _SAME_PARAMS]
-    if not candidates:
-        return None
-    row = rng.choice(candidates)
-    solution, tool = _solution(row), _SAME_PARAMS[row["tool"]]
-    solution["action"]["tool"] = tool
-    return [_relabelled(row, tool, solution, row.get("condition"))]
-
-
-def label_the_goal_first(scenario: list[Row], rng: random.Random) -> list[Row] | None:
-    """Step 1 of a conditional scenario labelled with its goal (the last step's action): the
-    check the request asks for first skipped, as the case study's model did."""
-    first, last = scenario[0], scenario[-1]
-    if last.get("condition") != "holds":
-        return None
-    return [_relabelled(first, last["tool"], _solution(last), None)]
-
-
-def swap_adjacent_steps(scenario: list[Row], rng: random.Random) -> list[Row] | None:
-    """Two adjacent steps' answers swapped (pasted one row off), in a scenario without a
-    condition (a condition on step 1 would fail the gate)."""
-    if any(row.get("condition") for row in scenario):
-        return None
-    k = rng.randrange(len(scenario) - 1)
-    first, second = scenario[k], scenario[k + 1]
-    return [
-        _relabelled(first, second["tool"], _solution(second), None),
-        _relabelled(second, first["tool"], _solution(first), None),
-    ]
 
 
 # A coherent answer for the tool a misunderstood request suggests: balance ↔ statement.
@@ -235,20 +197,21 @@ def rewrite_for_another_tool(scenario: list[Row], rng: random.Random) -> list[Ro
     if last["tool"] not in _REWRITTEN:
         return None
     tool, wording = _REWRITTEN[last["tool"]]
-    account = _solution(last)["action"]["params"]["account"]
+    account = solution_of(last)["action"]["params"]["account"]
     thought, step = (text.format(account=account) for text in wording[last["lang"]])
     params = {"account": account} | ({"days": 30} if tool == "get_transactions" else {})
     solution = {"thought": thought, "action": {"tool": tool, "params": params}, "plan": [step]}
-    return [_relabelled(last, tool, solution, None)]
+    return [relabelled(last, tool, solution, None)]
 
 
-KINDS: dict[str, Callable[[list[Row], random.Random], list[Row] | None]] = {
-    "misread figures": misread_figures,
+KINDS: dict[str, Kind] = {
+    "misread figures": reply_instead(_REFUSAL),
     "copied row above": copy_row_above,
-    "tool changed, reasoning kept": change_tool_keep_reasoning,
+    "tool changed, reasoning kept": relabel_pair(_SAME_PARAMS, default_catalogue()),
     "goal labelled first": label_the_goal_first,
     "adjacent steps swapped": swap_adjacent_steps,
     "answer rewritten for another tool": rewrite_for_another_tool,
+    WRONG_PARAMS: wrong_params(default_catalogue()),
 }
 
 
@@ -256,34 +219,7 @@ def plant_mistakes(rows: list[Row], seed: int = 0) -> tuple[list[Row], dict[str,
     """`rows` (the shipped training rows) with `ROWS_PER_KIND` rows of every kind replaced, and
     the answer key (id → kind). Each kind takes whole multi-step scenarios of its own, half of
     them English; scenarios holding a shipped planted row are left alone."""
-    rng = random.Random(seed)
-    shipped_planted = _shipped_wording_ids()
-    scenarios: dict[str, list[Row]] = {}
-    for row in rows:
-        if row["kind"] == "multi":
-            scenarios.setdefault(row["scenario_id"], []).append(row)
-    order = sorted(scenarios)
-    rng.shuffle(order)
-    used = {s for s in order if any(r["id"] in shipped_planted for r in scenarios[s])}
-    replaced: dict[str, Row] = {}
-    key: dict[str, str] = {}
-    for kind, plant in KINDS.items():
-        planted_rows = 0
-        for scenario_id in order:
-            scenario = sorted(scenarios[scenario_id], key=lambda row: row["step"])
-            lang = "en" if planted_rows < ROWS_PER_KIND // 2 else "zh"
-            if scenario_id in used or scenario[0]["lang"] != lang:
-                continue
-            changed = plant(scenario, rng)
-            if changed is None:
-                continue
-            used.add(scenario_id)
-            for row in changed:
-                replaced[row["id"]], key[row["id"]] = row, kind
-            planted_rows += len(changed)
-            if planted_rows >= ROWS_PER_KIND:
-                break
-    return [replaced.get(row["id"], row) for row in rows], key
+    return planting.plant_mistakes(rows, KINDS, ROWS_PER_KIND, seed, _shipped_wording_ids())
 
 
 def write_planted_copy(folder: Path, seed: int) -> tuple[list[Path], dict[str, str]]:
@@ -393,6 +329,80 @@ def planted(
         print(f"main job: {time.perf_counter() - started:.0f} s ({stages}); run: {run}")
     report, in_sample = _remined(run, train_files)
     print_planted_scores(report, key, in_sample)
+
+
+def _shipped_training_rows() -> list[Row]:
+    paths = sorted((DATA_DIR / "train").glob("*.jsonl"))
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+
+
+def print_context_scores(domain: str, scores: dict[str, Any], planted: list[Row]) -> None:
+    """Recall per kind, precision, clean rows flagged, each false alarm and each miss."""
+    print(f"\n## {domain}\n")
+    print("| kind | planted | flagged (recall) |")
+    print("|---|---|---|")
+    for kind, score in scores["kinds"].items():
+        found = f"{score['flagged']} ({_percent(score['recall'])})"
+        print(f"| {kind} | {score['planted']} | {found} |")
+    true = scores["flagged"] - len({i for i, *_ in scores["false_alarms"]})
+    print(
+        f"\nprecision over flagged rows: {true}/{scores['flagged']} "
+        f"({_percent(scores['precision'])}); clean rows flagged: {scores['clean_flagged']}/"
+        f"{scores['clean_rows']} ({_percent(scores['clean_rate'])})"
+    )
+    for row_id, check, evidence in scores["false_alarms"]:
+        print(f"- false alarm {row_id} [{check}]: {evidence}")
+    by_id = {row["id"]: row for row in planted}
+    for row_id in scores["missed"]:
+        request = by_id[row_id]["prompt"].split("\n")[0]
+        print(f"- missed {row_id} ({by_id[row_id]['tool']}): {request}")
+
+
+@app.command
+def context(
+    *,
+    domain: str = "both",
+    seed: int = 0,
+    untuned: bool = False,
+    rows: list[Path] | None = None,
+    catalogue: Path | None = None,
+) -> None:
+    """Plant the mistakes of each domain's kinds (wrong params among them) and score the context
+    checks alone, no model: DOMAIN is `finance` (the shipped training rows and catalogue),
+    `smart-home` (`bench.domains.smart_home`: its rows drawn with SEED, its catalogue with its
+    one keyword tuning pass unless --untuned), `both`, or `own`: your ROWS (JSONL files) and
+    CATALOGUE, with the kinds that need no words of a domain (copied row, swapped steps, goal
+    first, wrong params)."""
+    if domain == "own":
+        if not rows or catalogue is None:
+            raise SystemExit("--domain own needs --rows FILE… and --catalogue PATH")
+        own = load_catalogue(catalogue)
+        clean = [json.loads(line) for path in rows for line in path.read_text().splitlines()]
+        kinds = {
+            "copied row above": copy_row_above,
+            "goal labelled first": label_the_goal_first,
+            "adjacent steps swapped": swap_adjacent_steps,
+            WRONG_PARAMS: wrong_params(own),
+        }
+        planted_rows, key = planting.plant_mistakes(clean, kinds, ROWS_PER_KIND, seed)
+        scores = score_context_checks(clean, planted_rows, key, own)
+        print_context_scores(f"your rows ({catalogue})", scores, planted_rows)
+        return
+    if domain in ("finance", "both"):
+        clean = _shipped_training_rows()
+        planted_rows, key = plant_mistakes(clean, seed)
+        started = time.perf_counter()
+        scores = score_context_checks(clean, planted_rows, key, default_catalogue())
+        print(f"finance: {len(clean)} rows, checked twice in {time.perf_counter() - started:.1f} s")
+        print_context_scores("finance (shipped catalogue and training rows)", scores, planted_rows)
+    if domain in ("smart-home", "both"):
+        home = smart_home.catalogue(tuned=not untuned)
+        clean = smart_home.rows(seed)
+        kinds = smart_home.kinds(home)
+        planted_rows, key = planting.plant_mistakes(clean, kinds, ROWS_PER_KIND, seed)
+        scores = score_context_checks(clean, planted_rows, key, home)
+        keywords = "first keywords" if untuned else "keywords tuned once"
+        print_context_scores(f"smart home ({keywords}, seed {seed})", scores, planted_rows)
 
 
 if __name__ == "__main__":

@@ -154,9 +154,11 @@ def compile_params_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
 
 
 class Bilingual(BaseModel):
+    """Texts in English and Chinese; a catalogue of one language leaves `zh` out."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
     en: list[str] | str
-    zh: list[str] | str
+    zh: list[str] | str = []
 
     def texts(self, lang: str) -> list[str]:
         """The texts in `lang` ("en" or "zh"), a single text as a list of one."""

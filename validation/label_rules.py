@@ -10,9 +10,13 @@ rows are absent) stays silent.
 The rules, by the name reports give them (`[check: name]`):
 
 - `thought_announces_action`: the label's thought announces the tool its action calls (the
-  rule `training.rewards.thought_action_consistent` applies to model output, applied to labels).
+  rule `training.rewards.thought_action_consistent` applies to model output, applied to labels:
+  the clause it commits with, "so I …", "now …", "I will …", 所以…). Where no marked clause
+  names a tool, the keywords cannot tell a report from a commitment: the rule is silent when
+  the thought commits in other words ("…, so I carry on") or names only steps its history
+  shows done ("The reading is in, …").
 - `plan_starts_with_action`: the first item of the label's plan names the action's tool, or no
-  tool: a plan lists the steps still to do, this one first.
+  tool: a plan lists the steps still to do, this one first (read as a thought is).
 - `step_matches_history`: a step's tool is the one the scenario's later prompts record as
   executed at that step (`Step k: <tool> → …`); the history is the execution log, not a label.
 - `step_not_repeated`: a step does not redo the step its history shows was just executed: the
@@ -27,7 +31,14 @@ The rules, by the name reports give them (`[check: name]`):
 - `branch_matches_figures`: a conditional step (`condition`, or a multi-step reply) acts when the
   figures its prompt states meet the request's condition and replies when they do not: the
   balance against the amount asked; the balance against quantity × the quoted price; the quoted
-  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜").
+  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜"); in a
+  history with no balance or quote step (another catalogue), the latest step's reading against
+  such a limit ("if the bedroom is below 19 degrees").
+- `params_match_request`: the label's params take the values its request and its history's
+  observations state: each param read as its JSON Schema says (`validation.stated_values`: a
+  number among the amounts written within its bounds, a patterned string among the words its
+  pattern matches, an enum member among the members named), and from/to params not reversed.
+  Silent for a param whose value the text does not state.
 """
 
 from __future__ import annotations
@@ -46,10 +57,12 @@ from toolgrpo.schemas.samples import (
     ExecutedStep,
     split_prompt,
 )
+from toolgrpo.validation.stated_values import params_contradictions
 from toolgrpo.validation.wording import (
-    keyword_hits,
+    announcement,
     keyword_patterns,
     mask_identifiers,
+    outer_keyword_hits,
     thought_action_consistent,
 )
 
@@ -59,6 +72,7 @@ STEP_MATCHES_HISTORY = "step_matches_history"
 STEP_NOT_REPEATED = "step_not_repeated"
 STEP_NAMED_BY_REQUEST = "step_named_by_request"
 BRANCH_MATCHES_FIGURES = "branch_matches_figures"
+PARAMS_MATCH_REQUEST = "params_match_request"
 REPLY_TOOL = "respond"
 
 # What a limit's neighbours say about the direction of a price condition.
@@ -165,22 +179,25 @@ def consistent_thought(text: str, tool: str, catalogue: Catalogue) -> bool:
     return thought_action_consistent(answer, catalogue)
 
 
-def _announced(text: str, catalogue: Catalogue) -> list[str]:
-    """The tools `text` announces, as `thought_action_consistent` reads a thought."""
-    tools = [tool for tool in catalogue.names if consistent_thought(text, tool, catalogue)]
-    return [] if len(tools) == len(catalogue.names) else tools
-
-
 def _against_action(
     check: str, part: str, text: str, label: Label, catalogue: Catalogue
 ) -> LabelInconsistency | None:
     if label.tool not in catalogue.names or consistent_thought(text, label.tool, catalogue):
         return None
-    announced = _announced(text, catalogue)
+    announced = announcement(text, catalogue)
+    if not announced.tools or label.tool in announced.tools:
+        return None  # a text too long or blank to read back as a thought announces nothing
+    done = {step.tool for step in label.history.values()}
+    if not announced.committed and (announced.marked or announced.tools <= done):
+        # no marked clause names a tool: the text commits ("so I carry on") in words the
+        # keywords miss, or names only steps done, which it may report ("the reading is in,
+        # …"); the keywords cannot tell, so the rule stays silent
+        return None
+    tools = sorted(announced.tools, key=catalogue.names.index)
     return label.breaks(
         check,
-        f"its {part} announces {' or '.join(announced)}, its action is {label.tool}: “{text}”",
-        announced[0] if len(announced) == 1 else None,
+        f"its {part} announces {' or '.join(tools)}, its action is {label.tool}: “{text}”",
+        tools[0] if len(tools) == 1 else None,
     )
 
 
@@ -247,8 +264,9 @@ def _request_patterns(catalogue: Catalogue) -> dict[str, re.Pattern[str]]:
 
 
 def request_names(request: str, catalogue: Catalogue) -> dict[str, list[str]]:
-    """Per tool, the words of `request` that name it (`validation.wording`)."""
-    return keyword_hits(mask_identifiers(request), _request_patterns(catalogue))
+    """Per tool, the words of `request` that name it (`validation.wording`), a word inside a
+    longer keyword of another tool left to that tool."""
+    return outer_keyword_hits(mask_identifiers(request), _request_patterns(catalogue))
 
 
 def step_named_by_request(
@@ -311,16 +329,21 @@ class Verdict(NamedTuple):
 def condition_verdict(request: str, history: dict[int, ExecutedStep]) -> Verdict | None:
     """What the figures of a conditional step's prompt (its request and executed steps) say;
     None when the figures needed do not parse."""
-    return figures_verdict(
-        request, _observed(history, "check_balance"), _observed(history, "get_quote")
-    )
+    balance, quote = _observed(history, "check_balance"), _observed(history, "get_quote")
+    latest = history[max(history)].observation if history else None
+    return figures_verdict(request, balance, quote, latest)
 
 
 def figures_verdict(
-    request: str, balance_seen: str | None, quote_seen: str | None
+    request: str, balance_seen: str | None, quote_seen: str | None, latest_seen: str | None = None
 ) -> Verdict | None:
     """`condition_verdict` from the request and what the latest balance and quote steps
-    report (None: no such step)."""
+    report (None: no such step); without either, the latest step's observation, read like a
+    quote against a limit in any catalogue ("if the bedroom is below 19 degrees, …" after
+    `read_sensor → bedroom 17.5 degrees`)."""
+    reading = "quote"
+    if balance_seen is None and quote_seen is None and latest_seen is not None:
+        quote_seen, reading = latest_seen, "reading"
     balance, price = _sole_amount(balance_seen), _sole_amount(quote_seen)
     asked = amounts_in(request)
     if balance is not None and price is not None and len(asked) == 1:
@@ -343,7 +366,7 @@ def figures_verdict(
         holds = value < amount.value if below else value > amount.value
         side = "below" if value < amount.value else "above" if value > amount.value else "at"
         wanted = "below" if below else "above"
-        why = f"the quote {price.text} is {side} the limit {amount.text} (wanted {wanted})"
+        why = f"the {reading} {price.text} is {side} the limit {amount.text} (wanted {wanted})"
         return Verdict(holds, why, (value, amount.value))
     return None
 
@@ -367,6 +390,15 @@ def branch_matches_figures(
     )
 
 
+def params_match_request(
+    label: Label, scenario: dict[int, Label], catalogue: Catalogue
+) -> LabelInconsistency | None:
+    """The label's params take the values its request and history state."""
+    observations = [step.observation for _, step in sorted(label.history.items())]
+    found = params_contradictions(label.tool, label.params, label.request, observations, catalogue)
+    return label.breaks(PARAMS_MATCH_REQUEST, "; ".join(found)) if found else None
+
+
 RULES = (
     thought_announces_action,
     plan_starts_with_action,
@@ -374,4 +406,5 @@ RULES = (
     step_not_repeated,
     step_named_by_request,
     branch_matches_figures,
+    params_match_request,
 )

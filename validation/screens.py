@@ -19,10 +19,13 @@ from toolgrpo.schemas.samples import (
 from toolgrpo.validation.label_rules import (
     REPLY_TOOL,
     RULES,
+    Label,
     consistent_thought,
     figures_verdict,
+    params_match_request,
     request_names,
 )
+from toolgrpo.validation.stated_values import param_readings
 from toolgrpo.validation.wording import (
     tool_keywords,
 )
@@ -217,12 +220,20 @@ def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
 
 def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
     """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
-    (`figures_verdict` of its request and latest balance and quote, each distinct triple judged
-    once) point at the branch it does not take, or whose history polars may read otherwise."""
-    figures = ("request", "check_balance", "get_quote")
+    (`figures_verdict` of its request and latest balance, quote and observation, each
+    distinct combination judged once) point at the branch it does not take, or whose history
+    polars may read otherwise."""
+    figures = ("request", "check_balance", "get_quote", "latest")
     conditional = frame.filter(pl.col("branch").is_not_null()).select(ROW, "request", "branch")
-    for tool in figures[1:]:
+    for tool in figures[1:3]:
         conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
+    # the latest step's observation, which `figures_verdict` reads without a balance or quote
+    latest = lines.group_by(ROW).agg(latest=pl.col("observation").sort_by("recorded_step").last())
+    conditional = conditional.join(latest, on=ROW, how="left").with_columns(
+        latest=pl.when(pl.col("check_balance").is_null() & pl.col("get_quote").is_null()).then(
+            "latest"
+        )
+    )
     triples = conditional.select(figures).unique()
     verdicts = [figures_verdict(*triple) for triple in triples.iter_rows()]
     holds = pl.Series("holds", [v.holds if v else None for v in verdicts], dtype=pl.Boolean)
@@ -235,6 +246,26 @@ def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
         ]
     )
     return pl.col("branch").is_not_null() & pl.col(ROW).is_in(suspects.to_series().implode())
+
+
+def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
+    """Whether `params_match_request` flags the row: the rule judges each distinct (prompt,
+    solution, tool) of a tool with a param it can check once (it reads nothing else)."""
+    checked = [
+        tool
+        for tool, readings in param_readings(catalogue).items()
+        if any(r.kind is not None or r.role is not None for r in readings)
+    ]
+    keys = ["prompt", "solution", "tool"]
+    distinct = frame.filter(pl.col("tool").is_in(checked)).select(keys).unique()
+    fixed = {"id": "", "file": "", "line": 0, "scenario_id": "", "step": 1, "branch": None}
+    labels = (Label.of(fixed | row) for row in distinct.iter_rows(named=True))
+    flagged = pl.Series(
+        [params_match_request(label, {}, catalogue) is not None for label in labels],
+        dtype=pl.Boolean,
+    )
+    rows = frame.join(distinct.filter(flagged), on=keys, how="semi").get_column(ROW)
+    return pl.col(ROW).is_in(rows.implode())
 
 
 def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
@@ -260,6 +291,7 @@ def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
         plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue),
         step_named_by_request=_unnamed_last_steps(frame, lines, catalogue),
         branch_matches_figures=_contradicted_branches(frame, lines),
+        params_match_request=_contradicted_params(frame, catalogue),
     )
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))

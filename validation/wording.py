@@ -28,13 +28,20 @@ def _keyword_pattern(keyword: str) -> str:
     return r"\b" + gap.join(re.escape(part) for part in keyword.split())
 
 
+def phrase_pattern(words: list[str]) -> re.Pattern[str]:
+    """One pattern matching any of `words` as the keywords are matched: an English word at a
+    word start with any ending, its phrases with up to `PHRASAL_GAP_WORDS` words between; a
+    Chinese word anywhere."""
+    return re.compile("|".join(f"(?:{_keyword_pattern(w)})" for w in words), re.IGNORECASE)
+
+
 def keyword_patterns(catalogue: Catalogue) -> dict[str, re.Pattern[str]]:
-    """Per tool, one pattern matching any of its catalogue keywords (en and zh)."""
+    """Per tool with keywords, one pattern matching any of its catalogue keywords (en and zh)."""
     patterns = {}
     for tool in catalogue.tools:
         words = [*tool.keywords.texts("en"), *tool.keywords.texts("zh")]
-        alternatives = "|".join(f"(?:{_keyword_pattern(w)})" for w in words)
-        patterns[tool.name] = re.compile(alternatives, re.IGNORECASE)
+        if words:  # an empty alternation would match everywhere
+            patterns[tool.name] = phrase_pattern(words)
     return patterns
 
 
@@ -49,6 +56,25 @@ def keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str
     return hits
 
 
+def outer_keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str, list[str]]:
+    """`keyword_hits` without the hits inside a longer hit of another tool: "stop the music"
+    names stop_music, not also play_music ("music")."""
+    spans = [
+        (match.start(), match.end(), name, match.group(0))
+        for name, pattern in patterns.items()
+        for match in pattern.finditer(request)
+    ]
+    hits: dict[str, list[str]] = {}
+    for start, end, name, word in spans:
+        inside = any(
+            other != name and s <= start and end <= e and e - s > end - start
+            for s, e, other, _ in spans
+        )
+        if not inside:
+            hits.setdefault(name, []).append(word)
+    return hits
+
+
 # ... and so are the same accounts written out: "my checking account" names no check_balance.
 _NAMED_ACCOUNT = re.compile(r"\b(?:checking|savings|brokerage|wealth) account\b", re.IGNORECASE)
 
@@ -60,11 +86,16 @@ def mask_identifiers(text: str) -> str:
 
 # Markers of the step a thought commits to, strongest first: "now" (a later step may recall what
 # was done first), "first" (step 1 announces its order), then the words that move on to a
-# following step ("deposit done, then transfer", "因为余额不足，所以无法转账").
+# following step or say what the thought will do ("deposit done, then transfer", "so I …",
+# "I will …", "因为余额不足，所以无法转账").
 _STEP_MARKERS = (
     re.compile(r"\b(?:now|next)\b|现在|接下来|下一步", re.IGNORECASE),
     re.compile(r"\bfirst(?:ly)?\b|首先|先", re.IGNORECASE),
-    re.compile(r"\b(?:then|so|therefore)\b|然后|再|接着|所以|因此", re.IGNORECASE),
+    re.compile(
+        r"\b(?:then|so|therefore|I will|I'll|I am going to|I'm going to|let me)\b"
+        r"|然后|再|接着|所以|因此|我会|我将",
+        re.IGNORECASE,
+    ),
 )
 # Clauses end at punctuation and start at a word that moves on to a following step.
 _CLAUSE_BREAK = re.compile(
@@ -132,18 +163,31 @@ def _tools_named(text: str, catalogue: Catalogue) -> set[str]:
     }
 
 
-def _announced_tools(thought: str, catalogue: Catalogue) -> set[str]:
-    """The tools the thought commits to now (see `thought_action_consistent`)."""
+class Announcement(NamedTuple):
+    """The tools a thought announces, and whether a step marker's clause named them
+    (`committed`) or, no marked clause naming a tool, the whole thought did: then a tool it
+    names may be an earlier step's result it reports ("the reading is in, …"), and `marked`
+    says whether it committed in words no keyword names ("… so I carry on")."""
+
+    tools: set[str]
+    committed: bool
+    marked: bool  # a step marker was found, whether or not a clause from it named a tool
+
+
+def announcement(thought: str, catalogue: Catalogue) -> Announcement:
+    """What the thought commits to now (see `thought_action_consistent`)."""
     clauses = _CLAUSE_BREAK.split(thought)
+    any_marker = False
     for marker in _STEP_MARKERS:
         marked = next((i for i, clause in enumerate(clauses) if marker.search(clause)), None)
         if marked is None:
             continue
+        any_marker = True
         # "First, check the balance": the step's tool may sit in the clause after the marker.
         for clause in clauses[marked:]:
             if named := _tools_named(clause, catalogue):
-                return named
-    return _tools_named(thought, catalogue)
+                return Announcement(named, committed=True, marked=True)
+    return Announcement(_tools_named(thought, catalogue), committed=False, marked=any_marker)
 
 
 def thought_action_consistent(completion: object, catalogue: Catalogue | None = None) -> bool:
@@ -152,11 +196,12 @@ def thought_action_consistent(completion: object, catalogue: Catalogue | None = 
 
     The rule: split the thought into clauses (at punctuation, and before "then"/然后/再/所以 …);
     the current step is the first clause marked "now"/"next"/现在/接下来, else "first"/先/首先,
-    else "then"/"so"/然后/再/所以 (or, if that clause names no tool, the next one that does). A
-    clause names the tools whose catalogue keywords (en/zh) occur in it, longest keyword first.
-    Without a marker, every tool the thought names counts. Thought and action agree when the
-    thought names no tool or names the action's tool. The case study's failure, "需要先查余额"
-    (check the balance first) with action transfer_funds, announces check_balance: False.
+    else "then"/"so"/"I will"/然后/再/所以 (or, if that clause names no tool, the next one that
+    does). A clause names the tools whose catalogue keywords (en/zh) occur in it, longest keyword
+    first. Without a marked clause naming a tool, every tool the thought names counts. Thought
+    and action agree when the thought names no tool or names the action's tool. The case
+    study's failure, "需要先查余额" (check the balance first) with action transfer_funds,
+    announces check_balance: False.
     """
     parsed = first_json_object(completion_text(completion))
     if parsed is None:
@@ -167,5 +212,5 @@ def thought_action_consistent(completion: object, catalogue: Catalogue | None = 
     catalogue = catalogue or default_catalogue()
     if tool not in catalogue_tools(catalogue):
         return False
-    announced = _announced_tools(thought, catalogue)
+    announced = announcement(thought, catalogue).tools
     return not announced or tool in announced

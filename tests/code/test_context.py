@@ -19,6 +19,7 @@ from toolgrpo.tasks.validate import validate_samples
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.label_rules import (
     BRANCH_MATCHES_FIGURES,
+    PARAMS_MATCH_REQUEST,
     PLAN_STARTS_WITH_ACTION,
     STEP_MATCHES_HISTORY,
     STEP_NAMED_BY_REQUEST,
@@ -148,7 +149,7 @@ def test_a_thought_that_announces_another_tool_than_the_action(tmp_path):
 
 
 def test_a_plan_whose_first_step_is_another_tool_than_the_action(tmp_path):
-    withdraw = ("withdraw", {"account": "ACC001", "amount": 50}, "I do it now.", ["deposit 50"])
+    withdraw = ("withdraw", {"account": "ACC001", "amount": 100_000}, "Now.", ["deposit 10万"])
     (found,) = _found(tmp_path, _row(1, withdraw, [], kind="single", n_steps=1))
     assert (found.check, found.alternative) == (PLAN_STARTS_WITH_ACTION, "deposit")
 
@@ -177,6 +178,10 @@ def test_the_same_tool_again_with_other_params_is_a_step_of_its_own(tmp_path):
     other = (*TRANSFER[:1], {**TRANSFER[1], "amount": 5}, *TRANSFER[2:])
     first = _row(1, TRANSFER, [])
     second = _row(2, other, ["transfer_funds → sent 10万"])
+    for row in (first, second):
+        row["prompt"] = (
+            "Send 10万 and then 5 from ACC001 to ACC002." + row["prompt"][len(REQUEST) :]
+        )
     assert _found(tmp_path, first, second) == []
 
 
@@ -269,9 +274,120 @@ def test_an_order_branch_against_the_quote_and_the_limit(
     label, condition = (REPLY, "fails") if figures_hold else (SELL, "holds")
     row = _row(2, label, [f"get_quote → {quote}"], condition=condition)
     row["prompt"] = request_text + row["prompt"][len(REQUEST) :]
-    (found,) = _found(tmp_path, row)
+    (found,) = [f for f in _found(tmp_path, row) if f.check != PARAMS_MATCH_REQUEST]
     assert found.check == BRANCH_MATCHES_FIGURES
     assert found.alternative == (None if figures_hold else "respond")
+
+
+ORDER = ("place_order", {"symbol": "AMZN", "side": "buy", "quantity": 200}, "Buy now.", ["buy"])
+
+
+def _single(label: tuple, request_text: str) -> dict[str, Any]:
+    row = _row(1, label, [], kind="single", n_steps=1)
+    return row | {"prompt": request_text}
+
+
+def _with(label: tuple, **params: Any) -> tuple:
+    return (label[0], {**label[1], **params}, *label[2:])
+
+
+@pytest.mark.parametrize(
+    ("label", "request_text", "evidence"),
+    [
+        (
+            _with(ORDER, side="sell"),
+            "Buy 200 AMZN for me.",
+            'side sell, where the request states buy ("Buy")',
+        ),
+        (
+            _with(ORDER, side="sell"),
+            "给我买入 200 股 AMZN",
+            'side sell, where the request states buy ("买")',
+        ),
+        (
+            _with(ORDER, quantity=2000),
+            "Buy 200 AMZN for me.",
+            "quantity 2,000, where the request states 200",
+        ),
+        (
+            _with(ORDER, symbol="AMD"),
+            "Buy 200 AMZN for me.",
+            "symbol AMD, where the request states AMZN",
+        ),
+        (
+            _with(TRANSFER, amount=1_000_000),
+            "从 ACC001 转 10万 到 ACC002",
+            "amount 1,000,000, where the request states 10万 (100,000)",
+        ),
+        (
+            _with(TRANSFER, from_account="ACC002", to_account="ACC001"),
+            "ACC001 转 10万 给 ACC002",
+            "from_account ACC002, where the request says “给 ACC002”: reversed",
+        ),
+        (
+            _with(TRANSFER, from_account="ACC002", to_account="ACC001"),
+            "Send 10万 to ACC002 from ACC001.",
+            "from_account ACC002, where the request says “to ACC002”: reversed",
+        ),
+    ],
+)
+def test_params_that_contradict_what_the_request_states(tmp_path, label, request_text, evidence):
+    (found,) = _found(tmp_path, _single(label, request_text))
+    assert (found.check, found.evidence, found.alternative) == (
+        PARAMS_MATCH_REQUEST,
+        evidence,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("label", "request_text"),
+    [
+        (ORDER, "If AMZN trades below 759, get me 200 shares."),  # the side unsaid
+        (_with(ORDER, symbol="AMZN"), "帮我买 200 股亚马逊"),  # the symbol unsaid
+        (STATEMENT, "Show ACC001's activity for the last month."),  # 30 days unsaid
+        (STATEMENT, "Send 45 to ACC009 from ACC001, then a month of ACC001's history."),
+        # each account where the request puts it: deposit into one, send on to another
+        (TRANSFER, "Deposit 5 into ACC001, then send 10万 to ACC002."),
+        (_with(TRANSFER, to_account="WEALTH"), "存 5 到 ACC001，再转 10万 给 理财账户"),
+    ],
+)
+def test_params_the_request_does_not_state_are_not_judged(tmp_path, label, request_text):
+    assert _found(tmp_path, _single(label, request_text)) == []
+
+
+def test_a_value_the_history_states_counts_once_the_request_states_one(tmp_path):
+    """ "Send what's left" takes its amount from the balance step; an observation alone (the
+    payee of an earlier step) is no request's account."""
+    request_text = "Check ACC001, then send 7 or whatever is left to ACC002."
+    second = _row(2, _with(TRANSFER, amount=150_000), ["check_balance → balance 150,000"])
+    second["prompt"] = request_text + second["prompt"][len(REQUEST) :]
+    assert _found(tmp_path, second) == []
+
+
+@pytest.mark.parametrize(
+    ("thought", "history", "flagged"),
+    [
+        # the committing clause decides, whatever the thought reports before it
+        ("The balance is enough, so now I transfer 10万.", [], False),
+        (
+            "The balance is in and enough; I will move 10万 to ACC002.",
+            ["check_balance → 150,000"],
+            False,
+        ),
+        # it commits in words no keyword names: what it names before is a report, silent
+        ("Balance checked and enough, so I go ahead.", [], False),
+        # no marker, and the tools named are done: a report, silent
+        ("Balance checked and it is enough.", ["check_balance → 150,000"], False),
+        # ... but not when the tool named is not done yet
+        ("The user wants the balance of ACC001.", [], True),
+        ("I will check the balance of ACC001.", ["check_balance → 150,000"], True),
+    ],
+)
+def test_a_thought_is_judged_by_the_clause_it_commits_with(tmp_path, thought, history, flagged):
+    label = (*TRANSFER[:2], thought, TRANSFER[3])
+    found = [f.check for f in _found(tmp_path, _row(len(history) + 1, label, history))]
+    assert (THOUGHT_ANNOUNCES_ACTION in found) is flagged
 
 
 def test_the_gate_warns_with_file_line_and_evidence_and_still_passes(tmp_path):
@@ -334,6 +450,20 @@ def one_broken_row_per_rule() -> list[dict[str, Any]]:
         ],
         "listed twice": [_row(2, REPLY, balances, **fails) | {"prompt": listed_twice}],
         "branch digit": scenario("balance ١٠٠٠٠٠٠", REPLY),  # Python reads 1000000
+        "params": [
+            _row(1, (*TRANSFER[:1], {**TRANSFER[1], "amount": 1_000_000}, *TRANSFER[2:]), [])
+        ],
+        "reversed": [
+            _row(
+                1,
+                (
+                    *TRANSFER[:1],
+                    {**TRANSFER[1], "from_account": "ACC002", "to_account": "ACC001"},
+                    *TRANSFER[2:],
+                ),
+                [],
+            )
+        ],
     }
     return [row for name, rows in cases.items() for row in _as_scenario(name, rows)]
 
@@ -364,6 +494,7 @@ def test_the_screens_keep_every_finding_of_every_rule_on_every_row(tmp_path):
         STEP_NOT_REPEATED,
         STEP_NAMED_BY_REQUEST,
         BRANCH_MATCHES_FIGURES,
+        PARAMS_MATCH_REQUEST,
     }
     branches = {found.id for found in screened if found.check == BRANCH_MATCHES_FIGURES}
     assert {"latest balance-3", "listed twice-2", "branch digit-2"} <= branches

@@ -256,6 +256,10 @@ def test_tool_reward_logs_the_share_of_completions_with_the_labelled_tool():
             "place_order",
             False,
         ),
+        # "I will"/"let me"/我会 commit too: what follows is the step, not the rest of the thought.
+        ("I will check the balance; the transfer comes after.", "transfer_funds", False),
+        ("I will check the balance; the transfer comes after.", "check_balance", True),
+        ("我会查余额，转账之后再说。", "transfer_funds", False),
         # Without a step marker, the action must be one of the tools the thought names.
         ("The user wants the price of AAPL.", "get_quote", True),
         ("The user wants the price of AAPL.", "place_order", False),

@@ -1,0 +1,151 @@
+"""The label checks on two domains: the shipped finance catalogue and a smart-home one written
+for the bench (`bench/domains/smart_home.py`: English only, keywords as a team writes them).
+Silent on each domain's clean rows, and the planted mistakes found, wrong params among them."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from bench import planting
+from bench.domains import smart_home
+from bench.mine import KINDS, ROWS_PER_KIND, plant_mistakes
+from tests.code.prediction_rows import prediction_row, predictions_frame
+from tests.code.test_context import loaded_rows
+from toolgrpo.data import DATA_DIR
+from toolgrpo.mining.categorise import Category
+from toolgrpo.mining.report import mine_errors
+from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.validation.context import label_inconsistencies
+from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST
+
+HOME = smart_home.catalogue()
+
+
+def _shipped_training_rows() -> list[dict]:
+    paths = sorted((DATA_DIR / "train").glob("*.jsonl"))
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("tuned", [True, False])
+def test_the_checks_stay_silent_on_another_domains_clean_rows(seed, tuned):
+    """At most 1% of the smart-home rows flagged (today none), with the team's first keywords
+    and after its tuning pass: thoughts that report an earlier result before acting included."""
+    rows = smart_home.rows(seed)
+    found = planting.context_findings(rows, smart_home.catalogue(tuned))
+    assert len({f.id for f in found}) <= 0.01 * len(rows), [f.evidence for f in found][:5]
+
+
+def test_a_thought_reporting_the_reading_then_acting_is_consistent(tmp_path):
+    """The issue's false alarm: "reading" names read_sensor, the step sets the thermostat."""
+    request = "Check the temperature in the office, then set it to 24 degrees."
+    thoughts = [
+        "The reading is in, now the user wants 24 degrees, so I set the thermostat.",
+        "Got the reading of 19 degrees, and the user wants it warmer, so I take care of it.",
+    ]
+    rows = [
+        {
+            "id": f"h-{i}",
+            "scenario_id": f"h{i}",
+            "kind": "multi",
+            "lang": "en",
+            "step": 2,
+            "n_steps": 2,
+            "prompt": f"{request}\n\nPrevious steps:\nStep 1: read_sensor → office 19 degrees",
+            "solution": json.dumps(
+                {
+                    "thought": thought,
+                    "action": {
+                        "tool": "set_thermostat",
+                        "params": {"room": "office", "temperature": 24},
+                    },
+                    "plan": ["set the thermostat to 24"],
+                }
+            ),
+            "tool": "set_thermostat",
+        }
+        for i, thought in enumerate(thoughts)
+    ]
+    assert label_inconsistencies(loaded_rows(tmp_path, *rows), HOME) == []
+
+
+def _recall(found: set[str], key: dict[str, str], kind: str) -> float:
+    ids = {i for i, k in key.items() if k == kind}
+    assert len(ids) == ROWS_PER_KIND
+    return len(ids & found) / len(ids)
+
+
+def test_planted_mistakes_are_found_on_the_shipped_domain():
+    """Every kind at >= 80% (wrong params too), nothing else flagged."""
+    rows, key = plant_mistakes(_shipped_training_rows(), seed=0)
+    found = {f.id for f in planting.context_findings(rows, default_catalogue())}
+    assert found <= set(key)
+    assert all(_recall(found, key, kind) >= 0.8 for kind in KINDS)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_planted_mistakes_are_found_on_the_second_domain(seed):
+    rows = smart_home.rows(seed)
+    kinds = smart_home.kinds(HOME)
+    planted, key = planting.plant_mistakes(rows, kinds, ROWS_PER_KIND, seed)
+    found = {f.id for f in planting.context_findings(planted, HOME)}
+    assert found <= set(key)
+    assert _recall(found, key, planting.WRONG_PARAMS) >= 0.8
+    assert all(_recall(found, key, kind) >= 0.75 for kind in kinds)
+
+
+def test_wrong_params_are_planted_from_the_params_schemas_alone():
+    """Swapped from/to, another enum member, a number ×10: the gate still accepts each."""
+    rng = random.Random(0)
+    rows = [r for r in smart_home.rows(0) if r["tool"] in ("move_music", "lights_on")]
+    plant = planting.wrong_params(HOME)
+    for row in rows[:40]:
+        (wrong,) = plant([row], rng)
+        params = json.loads(wrong["solution"])["action"]["params"]
+        assert params != json.loads(row["solution"])["action"]["params"]
+        assert HOME.params_valid(row["tool"], params)
+
+
+def test_the_screens_keep_every_finding_on_the_second_domain(tmp_path):
+    """Screened findings equal every rule on every row (new and changed rules included) on
+    planted smart-home rows."""
+    rows = smart_home.rows(0)
+    planted, _ = planting.plant_mistakes(rows, smart_home.kinds(HOME), ROWS_PER_KIND, 0)
+    frame = loaded_rows(tmp_path, *[{k: v for k, v in r.items() if v is not None} for r in planted])
+    screened = label_inconsistencies(frame, HOME)
+    assert screened == label_inconsistencies(frame, HOME, screen=False)
+    assert PARAMS_MATCH_REQUEST in {f.check for f in screened}
+
+
+def test_wrong_params_reach_the_review_queue_as_a_label_inconsistency(tmp_path):
+    """ "Buy 200 AMZN" labelled side sell: the miner lists it with the rule's evidence."""
+    solution = {
+        "thought": "The user wants to buy 200 AMZN, so I place an order.",
+        "action": {
+            "tool": "place_order",
+            "params": {"symbol": "AMZN", "side": "sell", "quantity": 200},
+        },
+        "plan": ["buy 200 AMZN"],
+    }
+    row = {
+        "id": "o-1",
+        "scenario_id": "o-1",
+        "kind": "single",
+        "lang": "en",
+        "step": 1,
+        "n_steps": 1,
+        "prompt": "Buy 200 AMZN for me.",
+        "solution": json.dumps(solution),
+        "tool": "place_order",
+    }
+    labels = loaded_rows(tmp_path, row)
+    predictions = predictions_frame([prediction_row("o-1", "place_order", prompt=row["prompt"])])
+    report = mine_errors(predictions, labels=labels)
+    (finding,) = report.findings
+    assert finding.category == Category.LABEL_INCONSISTENCY
+    assert finding.evidence.startswith(
+        f'{PARAMS_MATCH_REQUEST}: side sell, where the request states buy ("Buy")'
+    )
