@@ -128,20 +128,25 @@ def _check_refs(schema: dict[str, Any]) -> None:
             raise ValueError(f"recursive schema: $ref {' -> '.join(cycle)}")
 
 
+def linear_pattern(pattern: str) -> Any:
+    """A catalogue's `pattern` compiled by RE2, which matches in linear time: no pattern can
+    backtrack for minutes on a row, a request's words or model output. Raises ValueError when
+    RE2 cannot read it."""
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as error:
+        reason = error.args[0].decode() if isinstance(error.args[0], bytes) else error
+        raise ValueError(
+            f"pattern {pattern!r} is not a regular expression: {reason} (RE2 syntax: no "
+            "backreferences or lookaround)"
+        ) from None
+
+
 def compile_params_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
     """The validator of a tool's params schema: local references only, patterns checked now and
     matched by RE2. Raises ValueError saying what is wrong with the schema."""
     _check_refs(schema)
-    patterns = {}
-    for pattern in sorted(_patterns(schema)):
-        try:
-            patterns[pattern] = re2.compile(pattern, _RE2_OPTIONS)
-        except re2.error as error:
-            reason = error.args[0].decode() if isinstance(error.args[0], bytes) else error
-            raise ValueError(
-                f"pattern {pattern!r} is not a regular expression: {reason} (RE2 syntax: no "
-                "backreferences or lookaround)"
-            ) from None
+    patterns = {pattern: linear_pattern(pattern) for pattern in sorted(_patterns(schema))}
     try:
         # a copy: fastjsonschema rewrites `$ref`s in place, and the catalogue hashes by content
         validate = fastjsonschema.compile(copy.deepcopy(schema), handlers=_NoFetching())

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.catalogue import Catalogue, linear_pattern
 from toolgrpo.schemas.figures import AMOUNT, Amount, amount_of, described, number_text
 from toolgrpo.validation.wording import phrase_pattern
 
@@ -66,7 +66,7 @@ class ParamReading:
     low_inclusive: bool = True
     high: float = math.inf
     high_inclusive: bool = True
-    pattern: re.Pattern[str] | None = None
+    pattern: Any = None  # RE2's compiled pattern (`schemas.catalogue.linear_pattern`)
     members: tuple[tuple[str, re.Pattern[str]], ...] = ()
     role: str | None = None
     units: re.Pattern[str] | None = None  # a number's unit words, after or before it
@@ -128,8 +128,8 @@ def _reading(name: str, schema: object) -> ParamReading:
         return ParamReading(name, "enum", members=_members(schema), role=role)
     if kind == "string" and isinstance(schema.get("pattern"), str):
         try:
-            pattern = re.compile(schema["pattern"])
-        except re.error:  # a pattern Python cannot read: the param is not checked
+            pattern = linear_pattern(schema["pattern"])
+        except ValueError:  # a pattern RE2 cannot read: the param is not checked
             return ParamReading(name, None, role=role)
         return ParamReading(name, "pattern", pattern=pattern, role=role)
     return ParamReading(name, None, role=role)

@@ -599,7 +599,13 @@ def test_backtracking_pattern_costs_linear_time_on_rows_and_model_output(tmp_pat
     catalogue = load_catalogue(catalogue_with(tmp_path, params))
     hostile = {"account": "a" * 30 + "b"}
     answer = solution("check_balance", hostile)
-    data = write_lines(tmp_path / "rows.jsonl", row_bytes(id="redos", solution=answer))
+    # the params rule also reads a request's words with the param's pattern
+    asked = row_bytes(
+        id="redos-request",
+        prompt=f"Check the balance of {'a' * 60}b please",
+        solution=solution("check_balance", {"account": "aaa"}),
+    )
+    data = write_lines(tmp_path / "rows.jsonl", row_bytes(id="redos", solution=answer), asked)
     started = time.monotonic()
     report = validate_samples(load_samples.fn([data], catalogue=catalogue), catalogue=catalogue)
     assert [p.check for p in report.failures] == ["params_match_schema"]
