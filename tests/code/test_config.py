@@ -339,3 +339,12 @@ def test_typed_overrides_are_the_dotted_overrides_by_section():
         if path != "data.catalogue"
     }
     assert model.from_dotted(every).dotted() == every
+
+
+def test_a_null_in_a_payload_keeps_the_preset_and_a_null_set_by_name_is_a_value():
+    model = overrides_model()
+    form = model.model_validate({"data": {"max_train_rows": None}, "grpo": None, "seed": None})
+    assert form.dotted() == {}
+    assert load_preset("smoke", form.dotted()).data.max_train_rows == 48
+    every_row = model.from_dotted({"data.max_train_rows": None})  # --set data.max_train_rows=null
+    assert load_preset("smoke", every_row.dotted()).data.max_train_rows is None

@@ -10,6 +10,7 @@ import prefect
 import yaml
 from prefect.flows import load_flow_from_entrypoint
 from prefect.utilities.callables import parameter_schema_from_entrypoint
+from prefect.utilities.schema_tools import validate
 from prefect.utilities.templating import apply_values
 
 from toolgrpo.data import DATA_DIR
@@ -118,6 +119,46 @@ def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():
     # `prefect deploy` reads the form from the prefect.yaml entrypoint: the same one.
     deployed = parameter_schema_from_entrypoint(f"{REPO_ROOT / 'flows' / 'retrain.py'}:retrain")
     assert deployed.model_dump() == schema
+
+
+def _form_payload(schema: dict, definition: str) -> dict:
+    """What the Prefect UI's form sent for a section left untouched: every field, null."""
+    return {
+        name: _form_payload(schema, field["$ref"].rpartition("/")[2]) if "$ref" in field else None
+        for name, field in schema["definitions"][definition]["properties"].items()
+    }
+
+
+def test_a_custom_run_from_the_form_validates_on_the_server_and_overrides_one_field():
+    (served,) = [d for d in deployments() if d.name == "nightly-retrain"]
+    schema = served._parameter_openapi_schema.model_dump()
+    # The form shows no field filled in (it sends a field's schema default) and no toggle (a
+    # toggle is true or false, never "the preset's").
+    for name, definition in schema["definitions"].items():
+        for field_name, field in definition["properties"].items():
+            assert "default" not in field, f"{name}.{field_name}"
+            assert field.get("type") != "boolean", f"{name}.{field_name}"
+    (config_ref,) = [b["$ref"] for b in schema["properties"]["config"]["anyOf"] if "$ref" in b]
+    config = _form_payload(schema, config_ref.rpartition("/")[2])
+    config["grpo"]["max_steps"] = 5
+    payload = {
+        **served.parameters,
+        "preset": "smoke",
+        "train_files": None,
+        "catalogue": None,
+        "audit_training_rows": False,
+        "config": config,
+    }
+
+    validate(payload, schema, raise_on_error=True)  # as the server does before creating the run
+    parameters = retrain.validate_parameters(payload)  # as the flow run does before it starts
+    assert parameters["config"].dotted() == {"grpo.max_steps": 5}
+    requested = load_preset(parameters["preset"], parameters["config"].dotted())
+    assert requested == load_preset("smoke", {"grpo.max_steps": 5})
+    # What the form sends now: only the fields filled in.
+    assert retrain.validate_parameters({"config": {"grpo": {"max_steps": 5}}})[
+        "config"
+    ].dotted() == {"grpo.max_steps": 5}
 
 
 def test_failure_automation_notifies_on_failed_runs_of_both_deployments():
