@@ -39,6 +39,8 @@ from toolgrpo.training.metrics import read_metrics
 from toolgrpo.training.overrides import load_preset
 
 CATALOGUE_FILE = "catalogue.json"
+# Every retrain run's tags, from the CLI or a deployment (which adds its own name).
+RETRAIN_TAGS = ("toolgrpo", "training")
 SHIPPED_EVAL_FILES = [
     DATA_DIR / "eval" / "single_step.jsonl",
     DATA_DIR / "eval" / "multistep.jsonl",
@@ -124,7 +126,7 @@ def retrain(
     requested = load_preset(preset, config.dotted() if config else {})
     train_files = train_files or requested.data.training_files()
     data_hash = files_hash([*train_files, *eval_files])
-    tag_flow_run(f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
+    tag_flow_run(*RETRAIN_TAGS, f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(out, f"retrain-{preset}").resolve()
     logger.info("run folder: %s", run_dir)
     wall: dict[str, float] = {}

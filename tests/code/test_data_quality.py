@@ -153,6 +153,8 @@ def test_passing_run_is_completed_named_and_tagged_by_its_data(prefect_harness, 
         flow_run = client.read_flow_run(state.state_details.flow_run_id)
     assert re.fullmatch(r"data-quality-1-files-\d{8}-\d{4}", flow_run.name)
     assert f"data:{files_hash([data])[:12]}" in flow_run.tags
+    # the tags a deployment run has too, so one filter finds runs from the CLI and the schedule
+    assert {"toolgrpo", "data-quality"} <= set(flow_run.tags)
 
 
 def test_the_data_tag_hashes_the_files_bytes_in_order_across_read_chunks(tmp_path, monkeypatch):

@@ -14,7 +14,13 @@ from prefect.utilities.schema_tools import validate
 from prefect.utilities.templating import apply_values
 
 from toolgrpo.data import DATA_DIR
-from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments, failure_automation
+from toolgrpo.flows.deployments import (
+    AUTOMATION_FILE,
+    NIGHTLY_CRON,
+    automation_file_text,
+    deployments,
+    failure_automation,
+)
 from toolgrpo.flows.retrain import retrain
 from toolgrpo.training.overrides import load_preset
 
@@ -163,15 +169,37 @@ def test_a_custom_run_from_the_form_validates_on_the_server_and_overrides_one_fi
 
 def test_failure_automation_notifies_on_failed_runs_of_both_deployments():
     block_id = uuid4()
-    automation = failure_automation(block_id)
+    automation = failure_automation(block_id, "http://127.0.0.1:4200")
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    names = {d["name"] for d in spec["deployments"]}
+    assert names == {d.name for d in deployments()}
 
-    assert {"prefect.flow-run.Failed", "prefect.flow-run.Crashed"} <= automation.trigger.expect
-    related = automation.trigger.match_related
-    related = related[0] if isinstance(related, list) else related
-    assert related["prefect.resource.role"] == ["deployment"]
-    names = set(related["prefect.resource.name"])
-    assert names == {d["name"] for d in spec["deployments"]} == {d.name for d in deployments()}
+    trigger = automation.trigger
+    assert trigger.expect == {f"prefect.flow-run.{s}" for s in ("Failed", "Crashed", "TimedOut")}
+    # Each deployment tags its runs with its name, which the trigger watches: the UI's "flow run
+    # state" shape (runs with these tags), so its card names both deployments and the states.
+    assert trigger.match_related["prefect.resource.role"] == ["tag"]
+    assert set(trigger.match_related["prefect.resource.id"]) == {f"prefect.tag.{n}" for n in names}
+    for deployment in spec["deployments"]:
+        assert deployment["name"] in deployment["tags"]
+    for deployment in deployments():
+        assert deployment.name in deployment.tags and "toolgrpo" in deployment.tags
+    assert trigger.for_each == {"prefect.resource.id"} and trigger.threshold == 1
+
     (action,) = automation.actions
     assert action.type == "send-notification" and action.block_document_id == block_id
-    assert "{{ flow_run|ui_url }}" in action.body
+    # PREFECT_UI_URL where the server runs, else the UI this automation was created against
+    assert action.body.endswith(
+        "{{ flow_run|ui_url or 'http://127.0.0.1:4200' ~ '/runs/flow-run/' ~ flow_run.id }}"
+    )
+
+
+def test_notify_on_failure_yaml_is_the_automation_the_cli_creates():
+    assert AUTOMATION_FILE.read_text(encoding="utf-8") == automation_file_text(), (
+        "flows/notify-on-failure.yaml is out of date: python -c 'from toolgrpo.flows.deployments "
+        "import *; AUTOMATION_FILE.write_text(automation_file_text())'"
+    )
+    from prefect.events.schemas.automations import AutomationCore
+
+    spec = yaml.safe_load(AUTOMATION_FILE.read_text(encoding="utf-8"))
+    assert AutomationCore.model_validate(spec).trigger == failure_automation(uuid4()).trigger
