@@ -26,7 +26,7 @@ from toolgrpo.reporting.run_report import before_after_rows
 from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, load_catalogue
 from toolgrpo.schemas.files import replace_file
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
-from toolgrpo.tasks.audit import cross_fitted_audit
+from toolgrpo.tasks.audit import MIN_AUDIT_FOLDS, cross_fitted_audit
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
@@ -178,17 +178,19 @@ def retrain(
     )
     wall["evaluate"] = time.monotonic() - started
 
-    started = time.monotonic()
-    cross_fitted = cross_fitted_audit(
-        train_rows,
-        [gated["data.train_single_step"], gated["data.train_multistep"]],
-        train_config,
-        key,
-        audit_folds,
-        run_dir / "audit",
-        stage_timeout_s,
-    )
-    wall["cross-fitted audit"] = time.monotonic() - started
+    cross_fitted = None
+    if audit_folds >= MIN_AUDIT_FOLDS:  # no task run at all when the audit is off
+        started = time.monotonic()
+        cross_fitted = cross_fitted_audit(
+            train_rows,
+            [gated["data.train_single_step"], gated["data.train_multistep"]],
+            train_config,
+            key,
+            audit_folds,
+            run_dir / "audit",
+            stage_timeout_s,
+        )
+        wall["cross-fitted audit"] = time.monotonic() - started
 
     started = time.monotonic()
     mining = mine(

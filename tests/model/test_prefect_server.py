@@ -77,6 +77,8 @@ def test_smoke_retrain_is_completed_with_named_stages_and_the_headline_first(smo
     assert "preset:smoke" in flow_run.tags
     assert any(re.fullmatch(r"data:[0-9a-f]{12}", tag) for tag in flow_run.tags)
     assert {task_run.name for task_run in smoke_run.task_runs} >= TASK_NAMES
+    # audit_folds is 0: no cross-fitted audit task at all
+    assert not [t.name for t in smoke_run.task_runs if t.name.startswith("cross-fitted audit")]
     # The UI lists a flow run's own artifacts above its task runs': the headline alone.
     assert [a.key for a in artifacts if a.task_run_id is None] == ["retrain-headline"]
     keys = {a.key for a in artifacts}
