@@ -16,7 +16,7 @@ from uuid import UUID
 import yaml
 from prefect import get_client, serve
 from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule
-from prefect.deployments.runner import RunnerDeployment
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.events.actions import SendNotification
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
@@ -47,11 +47,13 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
     """The nightly retrain (of `preset`, into `out`) and the hourly report on the same data
     files — the preset's training rows and the rows SFT mixes in, the eval files — with the same
     roles (so an eval row found in the training files fails both); every other parameter is the
-    retrain flow's default, listed on the deployment's form."""
+    retrain flow's default, listed on the deployment's form. Their entrypoints are module paths
+    (`toolgrpo.flows.retrain.retrain`), the same wherever `serve` runs."""
     data = load_preset(preset).data
     return [
         retrain.to_deployment(
             name=RETRAIN_DEPLOYMENT,
+            entrypoint_type=EntrypointType.MODULE_PATH,
             schedule=CronSchedule(cron=NIGHTLY_CRON, timezone=SCHEDULE_TIMEZONE),
             parameters={"preset": preset, "out": str(out)},
             description="Gate, train SFT + GRPO/NGRPO, evaluate, mine, report.",
@@ -59,6 +61,7 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
         ),
         data_quality.to_deployment(
             name=DATA_QUALITY_DEPLOYMENT,
+            entrypoint_type=EntrypointType.MODULE_PATH,
             schedule=IntervalSchedule(
                 interval=timedelta(seconds=DATA_QUALITY_INTERVAL_S), timezone=SCHEDULE_TIMEZONE
             ),

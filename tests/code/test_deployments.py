@@ -92,6 +92,9 @@ def test_served_deployments_carry_their_schedules():
     served = {d.name: d for d in deployments()}
     assert set(served) == {"nightly-retrain", "data-quality-hourly"}
     assert served["nightly-retrain"].schedules[0].schedule.cron == NIGHTLY_CRON
+    assert {d.schedules[0].schedule.timezone for d in served.values()} == {"UTC"}
+    # module paths: the UI shows no path relative to the folder `serve` ran in
+    assert served["nightly-retrain"].entrypoint == "toolgrpo.flows.retrain.retrain"
     assert served["data-quality-hourly"].schedules[0].schedule.interval.total_seconds() == 3600
     parameters = served["data-quality-hourly"].parameters
     assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train"]
