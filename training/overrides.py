@@ -82,8 +82,8 @@ class Overrides(BaseModel):
     """Set fields of a training config, in its sections; what is not set keeps the preset's.
 
     In a payload (a flow parameter, the deployment form, prefect.yaml) a null field is an empty
-    one: it keeps the preset's value, like a field left out. The Prefect UI's form sends every
-    field it lists, the ones left empty as null."""
+    one: it keeps the preset's value, like a field left out (a form may send every field it
+    lists, those left empty as null)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
