@@ -5,7 +5,10 @@
 Starts `prefect server start` on a free localhost port (its own PREFECT_HOME), runs
 `toolgrpo run --preset smoke` and a failing `toolgrpo validate` against it, then opens in headless
 Chromium (`apt-get install chromium`) the retrain flow run's page, its Artifacts tab, the
-headline and report artifacts, and the failed data-quality run. It saves a full-page PNG of each,
+headline and report artifacts, and the failed data-quality run; then serves the deployments and
+submits the nightly retrain's Custom run form with grpo ▸ max_steps = 5 (the run must train 5
+GRPO steps), fails a data-quality deployment run and follows the link of its notification (a
+loopback webhook) to the run's page (`--no-deployments` skips this). It saves a PNG of each,
 prints what each page shows (its <img> elements loaded or not, the text it must contain) and
 exits 1 when an image did not load or a page lacks its text. The browser is driven over the
 DevTools protocol with `websockets` (a Prefect dependency).
@@ -151,6 +154,21 @@ class Page:
         if not found:
             raise LookupError(f"nothing to click named {text!r}")
         time.sleep(2.0)
+
+    def fill(self, label: str, value: str) -> None:
+        """Type `value` into the form field whose label starts with `label` (the first one)."""
+        found = self.evaluate(
+            f"(() => {{ const label = Array.from(document.querySelectorAll("
+            f"'.schema-form-property__label')).find(e => e.textContent.trim().startsWith("
+            f"{json.dumps(label)})); if (!label) return false; const box = label.closest("
+            f"'.schema-form-property'); const input = box.querySelector('input'); "
+            f"Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set.call("
+            f"input, {json.dumps(value)}); input.dispatchEvent(new Event('input', "
+            f"{{bubbles: true}})); box.scrollIntoView(); return true; }})()"
+        )
+        if not found:
+            raise LookupError(f"no form field labelled {label!r}")
+        time.sleep(1.0)
 
     def scroll_to(self, selector: str) -> None:
         """Scroll the first element matching the CSS `selector` to the top of the window."""
@@ -324,6 +342,213 @@ def check_ui(
         return [check_page(page, spec, out_dir) for spec in pages]
 
 
+# What the Custom run form sends: the one field filled in (see `check_deployments`).
+FORM_MAX_STEPS = 5
+NOTIFICATION_TIMEOUT_S = 120.0
+RUN_TIMEOUT_S = 1200.0
+
+
+@contextlib.contextmanager
+def webhook_receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """An HTTP server on loopback keeping the JSON body of every POST: its URL and the bodies."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    received: list[dict[str, Any]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}/hook", received
+    finally:
+        httpd.shutdown()
+
+
+def _wait_for(what: str, found: Any, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (result := found()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} after {timeout_s:.0f}s")
+        time.sleep(2.0)
+    return result
+
+
+def check_deployments(url: str, env: dict[str, str], work: Path, out_dir: Path) -> list[PageCheck]:
+    """What an on-call engineer does with the served deployments: a Custom run of the nightly
+    retrain from its form with grpo ▸ max_steps = 5 (it must train 5 GRPO steps), a failed
+    data-quality deployment run (one clean screen: a red gate task, no engine traceback) and the
+    failure notification (a loopback webhook; its link must open the run)."""
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from toolgrpo.flows.deployments import DATA_QUALITY_DEPLOYMENT, RETRAIN_DEPLOYMENT
+
+    ui_url = url.removesuffix("/api")
+    bad = work / "bad-deployment.jsonl"
+    bad.write_text("{\n", encoding="utf-8")
+    serve_log = (work / "serve.log").open("w")
+    serving = subprocess.Popen(
+        [BIN / "toolgrpo", "serve", "--preset", "smoke", "--out", work / "runs"],
+        env=env,
+        stdout=serve_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    checks: list[PageCheck] = []
+    try:
+        with (
+            webhook_receiver() as (hook, received),
+            temporary_settings({PREFECT_API_URL: url}),
+            get_client(sync_client=True) as client,
+        ):
+            CustomWebhookNotificationBlock(
+                name="ui-check", url=hook, json_data={"text": "{{body}}"}
+            ).save("ui-check", overwrite=True)
+            notify = _run(
+                [BIN / "toolgrpo", "notify-on-failure", "--block", "custom-webhook/ui-check"], env
+            )
+            if notify.returncode != 0:
+                raise RuntimeError(f"notify-on-failure: {notify.stderr}")
+            deployments = _wait_for(
+                "served deployments",
+                lambda: (
+                    {d.name: d for d in client.read_deployments()}
+                    if len(client.read_deployments()) == 2
+                    else None
+                ),
+                180,
+            )
+            retrain_id = deployments[RETRAIN_DEPLOYMENT].id
+            with (
+                tempfile.TemporaryDirectory(prefix="chromium-") as profile,
+                browser(Path(profile)) as page,
+            ):
+                form = PageSpec(
+                    "custom-run-form",
+                    f"{ui_url}/deployments/deployment/{retrain_id}/run",
+                    ("config", "TrainConfigOverrides"),
+                )
+                page.open(form.url, "document.body.innerText.includes('TrainConfigOverrides')")
+                page.click("TrainConfigOverrides")
+                page.fill("Max Steps", str(FORM_MAX_STEPS))
+                shot = page.screenshot(out_dir / f"{form.name}.png")
+                checks.append(PageCheck(form, shot, [], []))
+                page.click("Submit")
+                custom = _wait_for(
+                    "flow run from the form",
+                    lambda: next(
+                        (r for r in client.read_flow_runs() if r.deployment_id == retrain_id), None
+                    ),
+                    60,
+                )
+                custom = _wait_for(
+                    "finished custom run",
+                    lambda: (r := client.read_flow_run(custom.id)).state.is_final() and r,
+                    RUN_TIMEOUT_S,
+                )
+                config = custom.parameters.get("config")
+                metrics = sorted((work / "runs").glob("*-retrain-smoke-*/grpo/train_metrics.jsonl"))
+                steps = (
+                    max(
+                        (
+                            json.loads(line).get("step", 0)
+                            for line in metrics[-1].read_text().splitlines()
+                        ),
+                        default=0,
+                    )
+                    if metrics
+                    else 0
+                )
+                checks.append(
+                    check_page(
+                        page,
+                        PageSpec(
+                            "custom-run",
+                            f"{ui_url}/runs/flow-run/{custom.id}",
+                            (
+                                custom.name,
+                                "Completed",
+                                f"grpo step {FORM_MAX_STEPS}/{FORM_MAX_STEPS}",
+                            ),
+                        ),
+                        out_dir,
+                    )
+                )
+                print(
+                    f"custom run from the form: {custom.state.name}, config {config}, "
+                    f"{steps} GRPO steps"
+                )
+
+                quality_id = deployments[DATA_QUALITY_DEPLOYMENT].id
+                failed = client.create_flow_run_from_deployment(
+                    quality_id, parameters={"files": [str(bad)]}
+                )
+                failed = _wait_for(
+                    "failed data-quality run",
+                    lambda: (r := client.read_flow_run(failed.id)).state.is_final() and r,
+                    RUN_TIMEOUT_S,
+                )
+                notification = _wait_for(
+                    "notification", lambda: received and received[0], NOTIFICATION_TIMEOUT_S
+                )
+                link = notification["text"].splitlines()[-1]
+                print(f"notification: {notification['text']!r}")
+                run_page = f"{ui_url}/runs/flow-run/{failed.id}"
+                checks.append(
+                    check_page(
+                        page,
+                        PageSpec(
+                            "notification-link", link, (failed.name, "Failed", "gate verdict")
+                        ),
+                        out_dir,
+                    )
+                )
+                checks.append(
+                    check_page(
+                        page,
+                        PageSpec(
+                            "failed-deployment-run",
+                            run_page,
+                            (failed.name, DATA_QUALITY_DEPLOYMENT, "[check: ", "data gate failed"),
+                        ),
+                        out_dir,
+                    )
+                )
+                checks.append(
+                    check_page(
+                        page,
+                        PageSpec(
+                            "failed-deployment-run-artifacts",
+                            run_page,
+                            ("Flow run", "data-gate-verdict", "Task runs"),
+                            tab="Artifacts",
+                        ),
+                        out_dir,
+                    )
+                )
+                logs = page.evaluate("document.body.innerText") or ""
+            if link != run_page or steps != FORM_MAX_STEPS or "Engine execution" in logs:
+                raise RuntimeError(
+                    f"link {link!r} (expected {run_page!r}), {steps} GRPO steps (expected "
+                    f"{FORM_MAX_STEPS}), engine traceback logged: {'Engine execution' in logs}"
+                )
+    finally:
+        os.killpg(serving.pid, signal.SIGTERM)
+        serving.wait(timeout=60)
+        serve_log.close()
+    return checks
+
+
 def latest_flow_run(client: Any, flow_name: str) -> Any:
     """The newest run of the flow `flow_name` on the server `client` talks to."""
     (flow_run,) = client.read_flow_runs(
@@ -338,8 +563,10 @@ def _run(command: list[str | Path], env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
 
 
-def main(out: Path = Path("ui-screenshots")) -> int:
-    """Run a smoke retrain and a failing validate against a real server; check the UI pages."""
+def main(out: Path = Path("ui-screenshots"), deployments: bool = True) -> int:
+    """Run a smoke retrain and a failing validate against a real server; check the UI pages.
+    With `deployments` (the default), also serve the deployments and check a Custom run from
+    the form, a failed deployment run and its notification (`check_deployments`)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -371,6 +598,8 @@ def main(out: Path = Path("ui-screenshots")) -> int:
                 )
             }
         checks = check_ui(url.removesuffix("/api"), retrain_run, artifacts, failed_run, out)
+        if deployments:
+            checks += check_deployments(url, env, work, out)
     for check in checks:
         print(check.line())
     print(f"{time.monotonic() - started:.0f}s in all; screenshots in {out}")

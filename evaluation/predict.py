@@ -32,7 +32,7 @@ from toolgrpo.evaluation.device import CPU_BATCH_SIZES, EvalDevice, cuda_batch_s
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import Completion, first_json_object, written_action
 from toolgrpo.schemas.predictions import probability_columns, validate_predictions
-from toolgrpo.schemas.samples import NO_CONDITION
+from toolgrpo.schemas.samples import NO_CONDITION, sample_source
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import CONFIG_FILENAME, Device
 from toolgrpo.training.device import usable_cpus
@@ -73,11 +73,6 @@ class EvalSettings(BaseModel):
 
 
 DEFAULT_SETTINGS = EvalSettings()
-
-
-def sample_source(path: Path) -> str:
-    """The slice name of a data file: its folder and stem, e.g. `eval/unseen_phrasing`."""
-    return f"{path.parent.name}/{path.stem}"
 
 
 def evaluation_rows(frame: pl.DataFrame, max_rows: int | None) -> pl.DataFrame:

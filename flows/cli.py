@@ -537,7 +537,9 @@ def run(
 def serve(*, preset: Preset = "cpu", out: Path = Path("runs")) -> int:
     """Serve the nightly retrain and the hourly data-quality deployments with their schedules.
 
-    Point PREFECT_API_URL at a running `prefect server start` to watch them in the UI.
+    Point PREFECT_API_URL at a running `prefect server start` to watch them in the UI. The runs
+    execute in this process: stopping it (Ctrl-C) pauses both deployments, and a later `serve`
+    resumes them.
     """
     from toolgrpo.flows.deployments import serve_deployments
 

@@ -19,6 +19,9 @@ from toolgrpo.tasks.validate import (
     validate_samples,
 )
 
+# Every data-quality run's tags, from the CLI or a deployment (which adds its own name).
+DATA_QUALITY_TAGS = ("toolgrpo", "data-quality")
+
 
 def _data_quality_run_name() -> str:
     """`data-quality-5-files-20261201-0529`."""
@@ -50,7 +53,7 @@ def data_quality(
     tools = catalogue_at(catalogue)
     # sha256 and polars both release the GIL: the tag's hash runs while the files load
     loading = load_samples.submit(paths, overrides, tools)
-    tag_flow_run(f"data:{files_hash(paths)[:SHORT_HASH]}")
+    tag_flow_run(*DATA_QUALITY_TAGS, f"data:{files_hash(paths)[:SHORT_HASH]}")
     samples = loading.result()
     checked = validate_samples(
         samples, list(map(str, train_files)), list(map(str, eval_files)), tools

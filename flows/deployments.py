@@ -3,29 +3,40 @@ automation that tells a person when a run of either fails.
 
 `toolgrpo serve` serves both from this process (a local Prefect server shows them); prefect.yaml
 declares the same two for `prefect deploy` onto a work pool. `toolgrpo notify-on-failure`
-creates the automation of notify-on-failure.yaml on the server.
+creates the automation (`failure_automation`) on the server; notify-on-failure.yaml is the same
+automation for `prefect automation create --from-file`.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
 
 import yaml
 from prefect import get_client, serve
-from prefect.deployments.runner import RunnerDeployment
-from prefect.events.schemas.automations import AutomationCore
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
+from prefect.events.actions import SendNotification
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
+from prefect.schedules import Cron, Interval
+from prefect.settings import get_current_settings
 
-from toolgrpo.flows.data_quality import data_quality
-from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, retrain
+from toolgrpo.flows.data_quality import DATA_QUALITY_TAGS, data_quality
+from toolgrpo.flows.retrain import RETRAIN_TAGS, SHIPPED_EVAL_FILES, retrain
 from toolgrpo.training.overrides import load_preset
 
 NIGHTLY_CRON = "0 2 * * *"  # 02:00 every night; unchanged data hits the training cache
 DATA_QUALITY_INTERVAL_S = 3600
+SCHEDULE_TIMEZONE = "UTC"  # what the UI shows beside each schedule, as in prefect.yaml
 RETRAIN_DEPLOYMENT = "nightly-retrain"
 DATA_QUALITY_DEPLOYMENT = "data-quality-hourly"
 AUTOMATION_FILE = Path(__file__).with_name("notify-on-failure.yaml")
+AUTOMATION_NAME = "toolgrpo-failed-run"
+# The flow-run states that end a run badly, which the automation reports.
+FAILED_STATES = ("Failed", "Crashed", "TimedOut")
+# The placeholder block id of notify-on-failure.yaml: `toolgrpo notify-on-failure` fills it in.
+NO_BLOCK = UUID(int=0)
 
 
 class NotificationError(ValueError):
@@ -36,26 +47,31 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
     """The nightly retrain (of `preset`, into `out`) and the hourly report on the same data
     files — the preset's training rows and the rows SFT mixes in, the eval files — with the same
     roles (so an eval row found in the training files fails both); every other parameter is the
-    retrain flow's default, listed on the deployment's form."""
+    retrain flow's default, listed on the deployment's form. Their entrypoints are module paths
+    (`toolgrpo.flows.retrain.retrain`), the same wherever `serve` runs."""
     data = load_preset(preset).data
     return [
         retrain.to_deployment(  # type: ignore[list-item]  # sync call: the deployment
             name=RETRAIN_DEPLOYMENT,
-            cron=NIGHTLY_CRON,
+            entrypoint_type=EntrypointType.MODULE_PATH,
+            schedule=Cron(NIGHTLY_CRON, timezone=SCHEDULE_TIMEZONE),
             parameters={"preset": preset, "out": str(out)},
             description="Gate, train SFT + GRPO/NGRPO, evaluate, mine, report.",
-            tags=["toolgrpo", "training"],
+            tags=[*RETRAIN_TAGS, RETRAIN_DEPLOYMENT],  # its name: the failure alert watches it
         ),
         data_quality.to_deployment(  # type: ignore[list-item]  # sync call: the deployment
             name=DATA_QUALITY_DEPLOYMENT,
-            interval=DATA_QUALITY_INTERVAL_S,
+            entrypoint_type=EntrypointType.MODULE_PATH,
+            schedule=Interval(
+                timedelta(seconds=DATA_QUALITY_INTERVAL_S), timezone=SCHEDULE_TIMEZONE
+            ),
             parameters={
                 "train_files": [str(p) for p in [*data.training_files(), *data.mixed_in_aux()]],
                 "eval_files": [str(p) for p in SHIPPED_EVAL_FILES],
                 "out": str(out),
             },
             description="Validate the labelled data and publish the data-quality report.",
-            tags=["toolgrpo", "data-quality"],
+            tags=[*DATA_QUALITY_TAGS, DATA_QUALITY_DEPLOYMENT],
         ),
     ]
 
@@ -65,12 +81,91 @@ def serve_deployments(preset: str = "cpu", out: Path = Path("runs")) -> None:
     serve(*deployments(preset, out))
 
 
-def failure_automation(block_document_id: UUID) -> AutomationCore:
-    """The automation of notify-on-failure.yaml, notifying through that block document."""
-    spec = yaml.safe_load(AUTOMATION_FILE.read_text(encoding="utf-8"))
-    for action in spec["actions"]:
-        action["block_document_id"] = str(block_document_id)
-    return AutomationCore.model_validate(spec)
+def failure_automation(block_document_id: UUID, ui_url: str | None = None) -> AutomationCore:
+    """The automation that sends a notification through that block document when a run of either
+    deployment ends Failed, Crashed or TimedOut: its name, state message and a link to it.
+
+    The trigger is the shape the UI's "Flow run state" form makes, so the automation's card
+    reads "When any flow run with the tag nightly-retrain or data-quality-hourly enters Failed,
+    Crashed, TimedOut" (each deployment tags its runs with its name). The link is the server's
+    `{{ flow_run|ui_url }}`, which needs PREFECT_UI_URL set where the server runs; else it is
+    `ui_url` (a UI address known when the automation is made) followed by the run's page."""
+    link = "flow_run|ui_url"
+    if ui_url:
+        link = f"{link} or {ui_url.rstrip('/')!r} ~ '/runs/flow-run/' ~ flow_run.id"
+    deployments = (RETRAIN_DEPLOYMENT, DATA_QUALITY_DEPLOYMENT)
+    return AutomationCore(
+        name=AUTOMATION_NAME,
+        description="Notify when a nightly retrain or an hourly data-quality run fails.",
+        enabled=True,
+        trigger=EventTrigger(
+            posture=Posture.Reactive,
+            match={"prefect.resource.id": "prefect.flow-run.*"},
+            match_related={
+                "prefect.resource.role": "tag",
+                "prefect.resource.id": [f"prefect.tag.{name}" for name in deployments],
+            },
+            for_each={"prefect.resource.id"},
+            expect={f"prefect.flow-run.{state}" for state in FAILED_STATES},
+            threshold=1,
+            within=timedelta(0),
+        ),
+        actions=[
+            SendNotification(
+                block_document_id=block_document_id,
+                subject="toolgrpo: {{ flow_run.name }} {{ flow_run.state.name }}",
+                body=(
+                    "{{ deployment.name }}: flow run {{ flow_run.name }} ended "
+                    "{{ flow_run.state.name }}.\n{{ flow_run.state.message }}\n"
+                    f"{{{{ {link} }}}}"
+                ),
+            )
+        ],
+    )
+
+
+def automation_file_text() -> str:
+    """notify-on-failure.yaml as `failure_automation` makes it, for `prefect automation create
+    --from-file` (its block id a placeholder; a test keeps the file up to date)."""
+    spec = failure_automation(NO_BLOCK).model_dump(mode="json", exclude_none=True)
+    for field in ("expect", "for_each"):  # sets: in a stable order
+        spec["trigger"][field] = sorted(spec["trigger"][field])
+    spec = _without_empty_lists(spec)
+
+    class Dumper(yaml.SafeDumper):
+        """Writes a string of several lines as a block, as a person would."""
+
+    Dumper.add_representer(
+        str,
+        lambda dumper, text: dumper.represent_scalar(
+            "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+        ),
+    )
+    return AUTOMATION_HEADER + yaml.dump(spec, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+
+
+def _without_empty_lists(spec: dict) -> dict:
+    return {
+        key: _without_empty_lists(value) if isinstance(value, dict) else value
+        for key, value in spec.items()
+        if value != []
+    }
+
+
+AUTOMATION_HEADER = """\
+# A Prefect automation: when a run of either scheduled deployment (prefect.yaml, `toolgrpo serve`,
+# each tagging its runs with its name) ends Failed, Crashed or TimedOut, send its name, state
+# message and UI link through a notification block (Slack, Teams, email, a webhook ...).
+#
+#   toolgrpo notify-on-failure --block slack-webhook/toolgrpo-alerts
+#
+# creates (or replaces) it on the server PREFECT_API_URL names, with the block's id. By hand: put
+# the block's id in `block_document_id`, then
+# `prefect automation create --from-file flows/notify-on-failure.yaml`. The link needs
+# PREFECT_UI_URL set where the server runs (docs/prefect-ui.md); `notify-on-failure` also writes
+# the UI address it reached as a fallback. Written by `toolgrpo.flows.deployments`
+# (automation_file_text): edit the code, not this file.
+"""
 
 
 def notify_on_failure(block: str) -> UUID:
@@ -88,7 +183,7 @@ def notify_on_failure(block: str) -> UUID:
                 f"no {block_type!r} block named {name!r} on this Prefect server; create it first "
                 "(docs/prefect-ui.md: Being told)"
             ) from None
-        automation = failure_automation(document.id)
+        automation = failure_automation(document.id, get_current_settings().ui_url)
         for earlier in client.read_automations_by_name(automation.name):
             client.delete_automation(earlier.id)
         return client.create_automation(automation)

@@ -98,11 +98,23 @@ def _console_handlers() -> list[logging.Handler]:
     return [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
 
 
+class _NoProblemLines(logging.Filter):
+    """Drops, on the terminal only, the data gate's problem lines (`tasks.validate`), which the
+    command prints itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from toolgrpo.tasks.validate import PROBLEM_LINE
+
+        return not getattr(record, PROBLEM_LINE, False)
+
+
 def quiet_console() -> None:
-    """Keep Prefect's console to errors: the command prints the problem lines itself. Only the
-    console handler is turned down, so the flow run's log in the UI keeps every line."""
+    """Keep Prefect's console to errors, the problem lines aside: the command prints those
+    itself. Only the console handler is turned down, so the flow run's log in the UI keeps
+    every line."""
     for handler in _console_handlers():
         handler.setLevel(logging.ERROR)
+        handler.addFilter(_NoProblemLines())
 
 
 def hide_tracebacks_on_console() -> None:

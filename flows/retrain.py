@@ -26,7 +26,7 @@ from toolgrpo.reporting.run_report import before_after_rows
 from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, load_catalogue
 from toolgrpo.schemas.files import replace_file
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
-from toolgrpo.tasks.audit import cross_fitted_audit
+from toolgrpo.tasks.audit import MIN_AUDIT_FOLDS, cross_fitted_audit
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
@@ -39,6 +39,8 @@ from toolgrpo.training.metrics import read_metrics
 from toolgrpo.training.overrides import load_preset
 
 CATALOGUE_FILE = "catalogue.json"
+# Every retrain run's tags, from the CLI or a deployment (which adds its own name).
+RETRAIN_TAGS = ("toolgrpo", "training")
 SHIPPED_EVAL_FILES = [
     DATA_DIR / "eval" / "single_step.jsonl",
     DATA_DIR / "eval" / "multistep.jsonl",
@@ -124,7 +126,7 @@ def retrain(
     requested = load_preset(preset, config.dotted() if config else {})
     train_files = train_files or requested.data.training_files()
     data_hash = files_hash([*train_files, *eval_files])
-    tag_flow_run(f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
+    tag_flow_run(*RETRAIN_TAGS, f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(out, f"retrain-{preset}").resolve()
     logger.info("run folder: %s", run_dir)
     wall: dict[str, float] = {}
@@ -176,17 +178,19 @@ def retrain(
     )
     wall["evaluate"] = time.monotonic() - started
 
-    started = time.monotonic()
-    cross_fitted = cross_fitted_audit(
-        train_rows,
-        [gated["data.train_single_step"], gated["data.train_multistep"]],
-        train_config,
-        key,
-        audit_folds,
-        run_dir / "audit",
-        stage_timeout_s,
-    )
-    wall["cross-fitted audit"] = time.monotonic() - started
+    cross_fitted = None
+    if audit_folds >= MIN_AUDIT_FOLDS:  # no task run at all when the audit is off
+        started = time.monotonic()
+        cross_fitted = cross_fitted_audit(
+            train_rows,
+            [gated["data.train_single_step"], gated["data.train_multistep"]],
+            train_config,
+            key,
+            audit_folds,
+            run_dir / "audit",
+            stage_timeout_s,
+        )
+        wall["cross-fitted audit"] = time.monotonic() - started
 
     started = time.monotonic()
     mining = mine(

@@ -16,6 +16,8 @@ from toolgrpo.validation.loader import LOAD_CHECK_RULES
 # Beyond this, the markdown and the Prefect table show the first rows (failures, warnings); the
 # CSV and data_quality.json have them all.
 MAX_LISTED_FAILURES = 200
+# Problems the gate's verdict lists above everything else.
+MAX_VERDICT_FAILURES = 20
 # A conflict's prompt as the report's table shows it (conflicts.csv has it whole).
 CONFLICT_PROMPT_CHARS = 120
 # The rules of the checks that are not row rules of the contract (`check_rule` knows those).
@@ -91,6 +93,25 @@ def render_markdown(report: DataReport) -> str:
     if report.warnings:
         warnings = [markdown_text(w) for w in report.warnings]
         parts += _listed("Warnings", warnings, "data_quality.json (`warnings`)")
+    return "\n\n".join(parts) + "\n"
+
+
+def render_verdict(report: DataReport) -> str:
+    """A failed gate in a few lines, failures first: the verdict, the first problems, then where
+    the rest and the full report are."""
+    listed = report.failures[:MAX_VERDICT_FAILURES]
+    parts = [
+        f"# Data gate FAILED: {report.invalid_rows} of {report.rows} rows invalid, "
+        f"{len(report.failures)} problem(s)",
+        "\n".join(f"- {code_span(problem)}" for problem in listed),
+    ]
+    more = len(report.failures) - len(listed)
+    where = f" in `{report.run_dir}`" if report.run_dir else ""
+    parts.append(
+        (f"... and {more} more: " if more > 0 else "All problems: ")
+        + f"`failures.csv`{where}; counts, checks and conflicts: the `data-quality-summary` "
+        "artifact. Nothing was trained and no input was modified."
+    )
     return "\n\n".join(parts) + "\n"
 
 

@@ -33,6 +33,7 @@ def plot_rewards(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:
         values = [m.get(key, math.nan) for m in lines]
         ax.plot(steps, values, label=key.split("/")[1], linewidth=1.2)
     ax.set(xlabel="GRPO step", ylabel="mean reward", title="Reward and its components per step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 2.5 ticks
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
@@ -53,6 +54,7 @@ def plot_zero_std(grpo_metrics: list[dict[str, Any]], path: Path) -> Path:
         linestyle="--",
     )
     ax.set(xlabel="GRPO step", ylabel="share of groups", title="Zero-std groups per step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 2.5 ticks
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -16,6 +16,7 @@ from toolgrpo.reporting.expectations import preset_note
 from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text, percent
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.run import Headline, RunSummary
+from toolgrpo.schemas.samples import sample_source
 
 
 def stage_rows(
@@ -63,7 +64,9 @@ def report_markdown(
         if not summary.retrained
         else "Trained on this run's data."
     )
-    rows = ", ".join(f"{markdown_text(Path(name).name)} {n}" for name, n in summary.rows.items())
+    rows = ", ".join(
+        f"{markdown_text(sample_source(Path(name)))} {n}" for name, n in summary.rows.items()
+    )
     wall = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in summary.wall_s.items())
     plots = [f"![{name}]({src})" for name, src in images.items()]
     tables = metrics_tables(after)

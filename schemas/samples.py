@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandera.polars as pa
 import polars as pl
@@ -454,3 +455,9 @@ def split_prompt(prompt: str) -> tuple[str, dict[int, ExecutedStep]]:
         for step, tool, observation in HISTORY_LINE.findall(history)
     }
     return request, steps
+
+
+def sample_source(path: Path) -> str:
+    """The slice name of a data file: its folder and stem, e.g. `eval/unseen_phrasing` (train/
+    and eval/ both hold a single_step file)."""
+    return f"{path.parent.name}/{path.stem}"

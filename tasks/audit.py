@@ -39,6 +39,10 @@ def _fold_stage(fold_dir: Path, config: TrainConfig, key: str, timeout_s: float)
     return result
 
 
+# Fewer folds than this is no audit: one fold would train on every row it scores.
+MIN_AUDIT_FOLDS = 2
+
+
 @task(name="cross-fitted audit", cache_policy=NO_CACHE)
 def cross_fitted_audit(
     rows: pl.DataFrame,
@@ -55,7 +59,7 @@ def cross_fitted_audit(
     `training_files`: the run's training JSONL files, split into folds by scenario; `key`: the
     run's training cache key (rows, config, code); `timeout_s`: each fold stage's deadline.
     """
-    if folds < 2:
+    if folds < MIN_AUDIT_FOLDS:
         return None
     logger = get_run_logger()
     files = {path.name: pl.read_ndjson(path) for path in training_files}

@@ -36,6 +36,7 @@ from uuid import UUID
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 from pydantic import BaseModel
 
 from toolgrpo import training
@@ -232,6 +233,17 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
     return False
 
 
+def _prefect_tags() -> dict[str, str]:
+    """The flow run a stage belongs to, as tags for a tracking backend (MLflow)."""
+    if not flow_run.id:
+        return {}
+    return {
+        "prefect.flow_run": flow_run.name,
+        "prefect.flow_run_id": flow_run.id,
+        "prefect.tags": ",".join(flow_run.tags),
+    }
+
+
 @task(
     name="train-stage",
     task_run_name="{stage}",
@@ -267,6 +279,11 @@ def train_stage(
     if resume_key is not None:  # first: a refused folder is left as it was
         run_dir.mkdir(parents=True, exist_ok=True)
         _continue_unfinished_run(stage, run_dir, resume_key)
+    if config.runtime.run_name is None and flow_run.name:  # tracked under the flow run's name
+        config = config.model_copy(
+            update={"runtime": config.runtime.model_copy(update={"run_name": flow_run.name})}
+        )
+    tracking = config.tracking_environment(stage_dir, _prefect_tags())
     config.write(run_dir / CONFIG_FILENAME)
     resumed_from_step = max(saved_checkpoints(stage_dir), default=0)
     command = stage_command(stage, run_dir, config.for_stage(stage), init_dir)
@@ -285,7 +302,7 @@ def train_stage(
         text=True,
         bufsize=1,
         start_new_session=True,  # one process group to kill, accelerate's workers included
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **tracking},
     )
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_read_into, args=(process.stdout, lines), daemon=True).start()

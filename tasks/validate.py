@@ -9,6 +9,7 @@ conflicts.csv and data_quality.json, and publishes the same as Prefect artifacts
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from toolgrpo.reporting.data_quality import (
     conflict_records,
     failure_records,
     render_markdown,
+    render_verdict,
 )
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
@@ -42,6 +44,8 @@ GATED_FILES = {
 }
 # Problem lines logged to the flow run; the rest are counted (failures.csv has them all).
 MAX_LOGGED_PROBLEMS = 100
+# The loggers through which Prefect's engines log a failed run's exception with its traceback.
+ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 
 
 @task(name="validate samples", task_run_name="validate", cache_policy=NO_CACHE)
@@ -61,18 +65,54 @@ def summarise_samples(loaded: LoadedSamples) -> dict[str, dict[str, int]]:
     return gate.count_rows(loaded)
 
 
-def failed_gate(report: DataReport) -> State:
-    """The Failed state a flow returns when `report` fails, after logging its problem lines
-    (the first `MAX_LOGGED_PROBLEMS`, then how many more): the run turns red with a one-line
-    message and no traceback, and calling the flow raises `DataGateFailed` with the report."""
+# Marks a problem line in a log record (`extra`), so that a command that prints the problem
+# lines itself can keep them off its console (`flows.prefect_api.quiet_console`).
+PROBLEM_LINE = "toolgrpo_problem_line"
+VERDICT_ARTIFACT = "data-gate-verdict"
+
+
+@task(name="data gate verdict", task_run_name="gate verdict", cache_policy=NO_CACHE)
+def gate_verdict(report: DataReport) -> None:
+    """The failed gate as a red task run: logs its problem lines (the first
+    `MAX_LOGGED_PROBLEMS`, then how many more) at ERROR and raises `DataGateFailed`."""
     logger = get_run_logger()
     for problem in report.failures[:MAX_LOGGED_PROBLEMS]:
-        logger.warning("%s", problem)
+        logger.error("%s", problem, extra={PROBLEM_LINE: True})
     hidden = len(report.failures) - MAX_LOGGED_PROBLEMS
     if hidden > 0:
-        logger.warning("... and %d more problem(s): failures.csv in %s", hidden, report.run_dir)
+        logger.error("... and %d more problem(s): failures.csv in %s", hidden, report.run_dir)
+    raise DataGateFailed(report)
+
+
+class _ReportedFailure(logging.Filter):
+    """Drops the Prefect engines' records of an exception whose story the run has already told
+    (problem lines, verdict): the task engine logs the verdict task's exception with its
+    traceback, and under a deployment the flow engine logs a failed flow's exception again
+    ("Engine execution exited with unexpected exception"), the last line of the run's log and
+    so the first an on-call engineer reads."""
+
+    def __init__(self, failure: Exception) -> None:
+        super().__init__()
+        self.kind, self.message = type(failure), str(failure)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, self.kind) and str(error) == self.message)
+
+
+def failed_gate(report: DataReport) -> State:
+    """The Failed state a flow returns when `report` fails: the gate verdict task turns red with
+    the problem lines in its log, the flow run gets a verdict artifact that lists the failures
+    first, and the run ends red with a one-line message and no traceback; calling the flow
+    raises `DataGateFailed` with the report."""
     failure = DataGateFailed(report)
-    logger.error("%s", failure)
+    for name in ENGINE_LOGGERS:
+        logging.getLogger(name).addFilter(_ReportedFailure(failure))
+    gate_verdict(report, return_state=True)
+    create_markdown_artifact(
+        key=VERDICT_ARTIFACT, markdown=render_verdict(report), description=str(failure)
+    )
+    get_run_logger().error("%s", failure)
     return Failed(message=str(failure), data=failure)
 
 

@@ -34,6 +34,7 @@ import difflib
 import hashlib
 import importlib.util
 import json
+import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -53,6 +54,13 @@ from toolgrpo.training.rewards import RewardWeights
 
 CONFIG_FILENAME = "train_config.json"
 Device = Literal["auto", "cpu", "cuda"]
+# Where TRL's per-step metrics also go (transformers' `report_to`), and the package each needs.
+ReportTo = Literal["none", "tensorboard", "mlflow"]
+TRACKING_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "mlflow": ("mlflow",)}
+TRACKING_INSTALL = {
+    "tensorboard": "pip install 'toolgrpo[tensorboard]'",
+    "mlflow": "pip install mlflow",
+}
 # the frame pieces written as one token each (`training.model.FRAME_PIECES`)
 FramePieces = Literal["none", "all", "all_but_opening"]
 
@@ -393,7 +401,15 @@ class RuntimeSection(TrlSection):
     not in `weights_key`: a busy machine's `torch_threads=1` reuses the trained models."""
 
     own_fields = frozenset(
-        {"device", "num_processes", "accelerate_config", "torch_threads", "eval_max_rows", "grpo"}
+        {
+            "device",
+            "num_processes",
+            "accelerate_config",
+            "torch_threads",
+            "eval_max_rows",
+            "grpo",
+            "run_name",
+        }
     )
 
     device: Device = Field(
@@ -420,6 +436,19 @@ class RuntimeSection(TrlSection):
     save_steps: int = Field(50, gt=0, description="steps between checkpoints")
     save_total_limit: int = Field(2, gt=0, description="checkpoints kept")
     logging_steps: int = Field(1, gt=0, description="steps between metrics lines")
+    report_to: ReportTo = Field(
+        "none",
+        description="where each stage also sends its per-step metrics (loss, reward, zero-std "
+        "share, learning rate): none; tensorboard (event files in the run folder's "
+        "tensorboard/, so `tensorboard --logdir runs`); mlflow (the server MLFLOW_TRACKING_URI "
+        "names, else the store mlruns/ beside the run folders). Its package must be installed: "
+        "`pip install 'toolgrpo[tensorboard]'`, or mlflow",
+    )
+    run_name: str | None = Field(
+        None,
+        description="a stage's run name in TensorBoard or MLflow, before the stage (`-sft`, "
+        "`-grpo`); null: the Prefect flow run's name, or the run folder's",
+    )
     eval_max_rows: int | None = Field(
         None, gt=0, description="evaluate at most this many rows per eval file; null: every row"
     )
@@ -554,8 +583,38 @@ class TrainConfig(Section):
             "bf16": self.model.bf16,
             "use_cpu": self.runtime.device == "cpu",
             "save_strategy": "steps",
-            "report_to": "none",
+            "run_name": self.tracking_run_name(output_dir),
             "disable_tqdm": True,  # the Prefect task streams lines; progress bars only add noise
+        }
+
+    def tracking_run_name(self, stage_dir: Path) -> str:
+        """A stage's name in TensorBoard or MLflow: `runtime.run_name` (else the run folder's
+        name) and the stage, `retrain-cpu-20261201-0529-grpo`."""
+        return f"{self.runtime.run_name or stage_dir.parent.name}-{stage_dir.name}"
+
+    def tracking_environment(
+        self, stage_dir: Path, tags: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The environment variables a stage's process reads for `runtime.report_to` (for
+        every process accelerate starts): TensorBoard's folder, or MLflow's store, experiment
+        and `tags`. Raises `ConfigError` when the backend's package is not installed."""
+        report_to = self.runtime.report_to
+        if report_to == "none":
+            return {}
+        if not any(importlib.util.find_spec(name) for name in TRACKING_PACKAGES[report_to]):
+            raise ConfigError(
+                f"runtime.report_to is {report_to!r} but {TRACKING_PACKAGES[report_to][0]} is "
+                f"not installed: {TRACKING_INSTALL[report_to]}, or set runtime.report_to to none"
+            )
+        name = self.tracking_run_name(stage_dir)
+        if report_to == "tensorboard":
+            return {"TENSORBOARD_LOGGING_DIR": str(stage_dir.parent / "tensorboard" / name)}
+        runs_root = stage_dir.parent.parent
+        return {
+            "MLFLOW_TRACKING_URI": os.environ.get("MLFLOW_TRACKING_URI")
+            or (runs_root / "mlruns").resolve().as_uri(),
+            "MLFLOW_EXPERIMENT_NAME": os.environ.get("MLFLOW_EXPERIMENT_NAME", "toolgrpo"),
+            "MLFLOW_TAGS": json.dumps({"stage": stage_dir.name, **(tags or {})}),
         }
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:

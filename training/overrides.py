@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    model_validator,
+)
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.training.config import ConfigError, DataSection, TrainConfig
@@ -67,10 +75,26 @@ def _leaves(cls: type, prefix: str) -> Iterator[tuple[str, OverridableField]]:
             yield f"{prefix}{name}", OverridableField(annotation, description)
 
 
+# Validation context of `Overrides.from_dotted`: a null there is a value (`--set
+# data.max_train_rows=null`: every row), not an empty field.
+NULL_IS_A_VALUE = "null_is_a_value"
+
+
 class Overrides(BaseModel):
-    """Set fields of a training config, in its sections; what is not set keeps the preset's."""
+    """Set fields of a training config, in its sections; what is not set keeps the preset's.
+
+    In a payload (a flow parameter, the deployment form, prefect.yaml) a null field is an empty
+    one: it keeps the preset's value, like a field left out (a form may send every field it
+    lists, those left empty as null)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_fields_keep_the_preset(cls, values: Any, info: ValidationInfo) -> Any:
+        if not isinstance(values, Mapping) or (info.context or {}).get(NULL_IS_A_VALUE):
+            return values
+        return {name: value for name, value in values.items() if value is not None}
 
     def dotted(self) -> dict[str, Any]:
         """The fields set, as dotted overrides (`{"grpo.max_steps": 5}`)."""
@@ -78,8 +102,9 @@ class Overrides(BaseModel):
 
     @classmethod
     def from_dotted(cls, overrides: Mapping[str, Any]) -> Overrides:
-        """The model with each dotted override set (`load_preset` checks them more kindly)."""
-        return cls.model_validate(_set_dotted({}, overrides))
+        """The model with each dotted override set, null included as a value (`--set
+        runtime.eval_max_rows=null`); `load_preset` checks them more kindly."""
+        return cls.model_validate(_set_dotted({}, overrides), context={NULL_IS_A_VALUE: True})
 
 
 def _dotted(values: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
@@ -96,9 +121,29 @@ def section_summary(cls: type) -> str:
     return " ".join((cls.__doc__ or "").split("\n\n")[0].split())
 
 
+def form_field_schema(schema: dict[str, Any]) -> None:
+    """A field's JSON schema as the deployment form should show it: empty at first (the Prefect
+    UI fills a field with its schema's default and sends it), a toggle as a choice of true,
+    false or none (a toggle has no "keep the preset's"), and no "None" type to pick, since a null
+    is an empty field (`Overrides`). Null stays valid for the server's parameter check, which
+    lets a field with a type and no default be null."""
+    schema.pop("default", None)
+    branches = [branch for branch in schema.pop("anyOf", []) if branch != {"type": "null"}]
+    if len(branches) == 1:
+        schema.update(branches[0])
+    elif branches:
+        schema["anyOf"] = [*branches, {"type": "null"}]
+    if schema.get("type") == "boolean":
+        del schema["type"]
+        schema["enum"] = [True, False, None]
+        schema["description"] = f"{schema.get('description', '')} (None: the preset's)".strip()
+    elif "enum" in schema:
+        schema["enum"] = [*schema["enum"], None]
+
+
 def _overrides_model(cls: type, skip: Collection[str], prefix: str = "") -> type[Overrides]:
     """An `Overrides` model with the fields of section `cls` but the dotted paths `skip`, each
-    unset by default, nested sections as nested models, descriptions kept."""
+    unset by default (null: unset), nested sections as nested models, descriptions kept."""
     definitions: dict[str, Any] = {}
     for name, annotation, description in _fields(cls):
         path = f"{prefix}{name}"
@@ -106,9 +151,16 @@ def _overrides_model(cls: type, skip: Collection[str], prefix: str = "") -> type
             continue
         if _is_section(annotation):
             section = _overrides_model(annotation, skip, f"{path}.")
-            definitions[name] = (section, Field(None, description=section_summary(annotation)))
+            summary = section_summary(annotation)
+            definitions[name] = (
+                section | None,
+                Field(None, description=summary, json_schema_extra=form_field_schema),
+            )
         else:
-            definitions[name] = (annotation, Field(None, description=description))
+            definitions[name] = (
+                annotation | None,
+                Field(None, description=description, json_schema_extra=form_field_schema),
+            )
     return create_model(
         f"{cls.__name__.removesuffix('Section')}Overrides",
         __base__=Overrides,

@@ -2,6 +2,7 @@
 settings built from it."""
 
 import dataclasses
+import importlib.util
 import json
 from collections import Counter
 from functools import reduce
@@ -339,3 +340,23 @@ def test_typed_overrides_are_the_dotted_overrides_by_section():
         if path != "data.catalogue"
     }
     assert model.from_dotted(every).dotted() == every
+
+
+def test_a_null_in_a_payload_keeps_the_preset_and_a_null_set_by_name_is_a_value():
+    model = overrides_model()
+    form = model.model_validate({"data": {"max_train_rows": None}, "grpo": None, "seed": None})
+    assert form.dotted() == {}
+    assert load_preset("smoke", form.dotted()).data.max_train_rows == 48
+    every_row = model.from_dotted({"data.max_train_rows": None})  # --set data.max_train_rows=null
+    assert load_preset("smoke", every_row.dotted()).data.max_train_rows is None
+
+
+def test_a_backend_that_is_not_installed_is_a_config_error(tmp_path, monkeypatch):
+    config = load_preset("smoke", {"runtime.report_to": "mlflow"})
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"runtime\.report_to is 'mlflow' but mlflow is not"):
+        config.tracking_environment(tmp_path / "run" / "sft")
+    assert load_preset("smoke").tracking_environment(tmp_path / "run" / "sft") == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import pickle
 import re
 from html import unescape
@@ -144,6 +145,40 @@ def test_failed_run_logs_its_problem_lines_up_to_a_cap_then_a_count(
     assert state.is_failed()
 
 
+def test_a_failed_deployment_run_reads_in_one_screen(prefect_harness, tmp_path):
+    """As a deployment's runner runs it (`run_flow` with the run's logger for engine errors):
+    the problem lines at ERROR in a red gate task, the verdict artifact on the flow run listing
+    the failures first, and no engine traceback after the verdict."""
+    from prefect.flow_engine import flow_run_logger, run_flow
+
+    data = write_lines(tmp_path / "rows.jsonl", GOOD, b"[1]")
+    parameters = {"files": [str(data)], "out": str(tmp_path / "runs")}
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run(data_quality, parameters=parameters)
+    with pytest.raises(DataGateFailed):
+        run_flow(data_quality, flow_run, parameters, error_logger=flow_run_logger(flow_run))
+
+    APILogHandler().flush()
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id={"any_": [flow_run.id]}))
+        task_runs = {t.name: t for t in client.read_task_runs()}
+        artifacts = client.read_artifacts()
+        state = client.read_flow_run(flow_run.id).state
+    problem = f"{data}:2: line is an array, not a JSON object [check: json_object]"
+    assert [log.level for log in logs if log.message == problem] == [logging.ERROR]
+    assert not [
+        log.message for log in logs if "Traceback" in log.message or "Engine" in log.message
+    ]
+    assert state.is_failed() and state.message.startswith("data gate failed: 1 of 2 rows invalid")
+    assert task_runs["gate verdict"].state.is_failed()
+    (verdict,) = [
+        a for a in artifacts if a.key == "data-gate-verdict" and a.flow_run_id == flow_run.id
+    ]
+    assert verdict.task_run_id is None  # the flow run's own artifact, listed first
+    assert verdict.data.splitlines()[0].startswith("# Data gate FAILED: 1 of 2 rows invalid")
+    assert verdict.data.splitlines()[2] == f"- `{problem}`"
+
+
 def test_passing_run_is_completed_named_and_tagged_by_its_data(prefect_harness, tmp_path):
     data = write_lines(tmp_path / "rows.jsonl", GOOD)
     state = data_quality(train_files=[data], out=tmp_path / "runs", return_state=True)
@@ -153,6 +188,8 @@ def test_passing_run_is_completed_named_and_tagged_by_its_data(prefect_harness, 
         flow_run = client.read_flow_run(state.state_details.flow_run_id)
     assert re.fullmatch(r"data-quality-1-files-\d{8}-\d{4}", flow_run.name)
     assert f"data:{files_hash([data])[:12]}" in flow_run.tags
+    # the tags a deployment run has too, so one filter finds runs from the CLI and the schedule
+    assert {"toolgrpo", "data-quality"} <= set(flow_run.tags)
 
 
 def test_the_data_tag_hashes_the_files_bytes_in_order_across_read_chunks(tmp_path, monkeypatch):

@@ -10,10 +10,17 @@ import prefect
 import yaml
 from prefect.flows import load_flow_from_entrypoint
 from prefect.utilities.callables import parameter_schema_from_entrypoint
+from prefect.utilities.schema_tools import validate
 from prefect.utilities.templating import apply_values
 
 from toolgrpo.data import DATA_DIR
-from toolgrpo.flows.deployments import NIGHTLY_CRON, deployments, failure_automation
+from toolgrpo.flows.deployments import (
+    AUTOMATION_FILE,
+    NIGHTLY_CRON,
+    automation_file_text,
+    deployments,
+    failure_automation,
+)
 from toolgrpo.flows.retrain import retrain
 from toolgrpo.training.overrides import load_preset
 
@@ -85,6 +92,9 @@ def test_served_deployments_carry_their_schedules():
     served = {d.name: d for d in deployments()}
     assert set(served) == {"nightly-retrain", "data-quality-hourly"}
     assert served["nightly-retrain"].schedules[0].schedule.cron == NIGHTLY_CRON
+    assert {d.schedules[0].schedule.timezone for d in served.values()} == {"UTC"}
+    # module paths: the UI shows no path relative to the folder `serve` ran in
+    assert served["nightly-retrain"].entrypoint == "toolgrpo.flows.retrain.retrain"
     assert served["data-quality-hourly"].schedules[0].schedule.interval.total_seconds() == 3600
     parameters = served["data-quality-hourly"].parameters
     assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train"]
@@ -120,17 +130,79 @@ def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():
     assert deployed.model_dump() == schema
 
 
+def _form_payload(schema: dict, definition: str) -> dict:
+    """What the Prefect UI's form sent for a section left untouched: every field, null."""
+    return {
+        name: _form_payload(schema, field["$ref"].rpartition("/")[2]) if "$ref" in field else None
+        for name, field in schema["definitions"][definition]["properties"].items()
+    }
+
+
+def test_a_custom_run_from_the_form_validates_on_the_server_and_overrides_one_field():
+    (served,) = [d for d in deployments() if d.name == "nightly-retrain"]
+    schema = served._parameter_openapi_schema.model_dump()
+    # The form shows no field filled in (it sends a field's schema default) and no toggle (a
+    # toggle is true or false, never "the preset's").
+    for name, definition in schema["definitions"].items():
+        for field_name, field in definition["properties"].items():
+            assert "default" not in field, f"{name}.{field_name}"
+            assert field.get("type") != "boolean", f"{name}.{field_name}"
+    (config_ref,) = [b["$ref"] for b in schema["properties"]["config"]["anyOf"] if "$ref" in b]
+    config = _form_payload(schema, config_ref.rpartition("/")[2])
+    config["grpo"]["max_steps"] = 5
+    payload = {
+        **served.parameters,
+        "preset": "smoke",
+        "train_files": None,
+        "catalogue": None,
+        "audit_training_rows": False,
+        "config": config,
+    }
+
+    validate(payload, schema, raise_on_error=True)  # as the server does before creating the run
+    parameters = retrain.validate_parameters(payload)  # as the flow run does before it starts
+    assert parameters["config"].dotted() == {"grpo.max_steps": 5}
+    requested = load_preset(parameters["preset"], parameters["config"].dotted())
+    assert requested == load_preset("smoke", {"grpo.max_steps": 5})
+    # What the form sends now: only the fields filled in.
+    assert retrain.validate_parameters({"config": {"grpo": {"max_steps": 5}}})[
+        "config"
+    ].dotted() == {"grpo.max_steps": 5}
+
+
 def test_failure_automation_notifies_on_failed_runs_of_both_deployments():
     block_id = uuid4()
-    automation = failure_automation(block_id)
+    automation = failure_automation(block_id, "http://127.0.0.1:4200")
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    names = {d["name"] for d in spec["deployments"]}
+    assert names == {d.name for d in deployments()}
 
-    assert {"prefect.flow-run.Failed", "prefect.flow-run.Crashed"} <= automation.trigger.expect
-    related = automation.trigger.match_related
-    related = related[0] if isinstance(related, list) else related
-    assert related["prefect.resource.role"] == ["deployment"]
-    names = set(related["prefect.resource.name"])
-    assert names == {d["name"] for d in spec["deployments"]} == {d.name for d in deployments()}
+    trigger = automation.trigger
+    assert trigger.expect == {f"prefect.flow-run.{s}" for s in ("Failed", "Crashed", "TimedOut")}
+    # Each deployment tags its runs with its name, which the trigger watches: the UI's "flow run
+    # state" shape (runs with these tags), so its card names both deployments and the states.
+    assert trigger.match_related["prefect.resource.role"] == ["tag"]
+    assert set(trigger.match_related["prefect.resource.id"]) == {f"prefect.tag.{n}" for n in names}
+    for deployment in spec["deployments"]:
+        assert deployment["name"] in deployment["tags"]
+    for deployment in deployments():
+        assert deployment.name in deployment.tags and "toolgrpo" in deployment.tags
+    assert trigger.for_each == {"prefect.resource.id"} and trigger.threshold == 1
+
     (action,) = automation.actions
     assert action.type == "send-notification" and action.block_document_id == block_id
-    assert "{{ flow_run|ui_url }}" in action.body
+    # PREFECT_UI_URL where the server runs, else the UI this automation was created against
+    assert action.body.endswith(
+        "{{ flow_run|ui_url or 'http://127.0.0.1:4200' ~ '/runs/flow-run/' ~ flow_run.id }}"
+    )
+
+
+def test_notify_on_failure_yaml_is_the_automation_the_cli_creates():
+    assert AUTOMATION_FILE.read_text(encoding="utf-8") == automation_file_text(), (
+        "flows/notify-on-failure.yaml is out of date: python -c 'from toolgrpo.flows.deployments "
+        "import *; AUTOMATION_FILE.write_text(automation_file_text())'"
+    )
+    from prefect.events.schemas.automations import AutomationCore
+
+    spec = yaml.safe_load(AUTOMATION_FILE.read_text(encoding="utf-8"))
+    assert AutomationCore.model_validate(spec).trigger == failure_automation(uuid4()).trigger

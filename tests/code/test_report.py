@@ -107,7 +107,7 @@ def _summary(preset: str, wall_s: float = 300.0) -> RunSummary:
         run_dir=Path("/runs/r"),
         data_hash="a" * 64,
         config_hash="b" * 64,
-        rows={"data/eval/multistep.jsonl": 165},
+        rows={"data/train/single_step.jsonl": 454, "data/eval/single_step.jsonl": 165},
         retrained=True,
         models={},
         accuracy={"sft": _headline(0.5, sources), "grpo": _headline(0.85, sources)},
@@ -144,6 +144,8 @@ def test_smoke_reports_say_at_the_top_that_near_zero_accuracy_is_expected(mixed_
     assert title == "# toolgrpo retrain — preset `smoke`"
     assert note.startswith("> **Smoke run: a plumbing check, not a measurement.**")
     assert "Rows evaluated: eval/multistep 2, eval/single_step 2." in report
+    # train/ and eval/ both hold a single_step file: each named by its folder
+    assert "train/single_step 454, eval/single_step 165" in report
     assert "| accuracy | n | sft | grpo |" in report
     assert "![plot](p.png)" in report
     headline = headline_markdown(summary, "/report")

@@ -1,9 +1,15 @@
 """The main job and the data-quality check against a real `prefect server` on loopback, read back
 through the client the way the UI reads them (and, where Chromium is installed, in the UI)."""
 
+import json
 import re
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -71,6 +77,8 @@ def test_smoke_retrain_is_completed_with_named_stages_and_the_headline_first(smo
     assert "preset:smoke" in flow_run.tags
     assert any(re.fullmatch(r"data:[0-9a-f]{12}", tag) for tag in flow_run.tags)
     assert {task_run.name for task_run in smoke_run.task_runs} >= TASK_NAMES
+    # audit_folds is 0: no cross-fitted audit task at all
+    assert not [t.name for t in smoke_run.task_runs if t.name.startswith("cross-fitted audit")]
     # The UI lists a flow run's own artifacts above its task runs': the headline alone.
     assert [a.key for a in artifacts if a.task_run_id is None] == ["retrain-headline"]
     keys = {a.key for a in artifacts}
@@ -132,6 +140,68 @@ def test_notify_on_failure_creates_the_automation_on_the_server(server):
         block = client.read_block_document_by_name("toolgrpo-test", "custom-webhook")
     assert automation.enabled and automation.actions[0].block_document_id == block.id
     assert automation.trigger == failure_automation(block.id).trigger
+
+
+@pytest.fixture
+def webhook_receiver() -> Iterator[tuple[str, list[dict]]]:
+    """An HTTP server on loopback that keeps the JSON of every POST: its URL and the bodies."""
+    received: list[dict] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            received.append(json.loads(self.rfile.read(length) or b"{}"))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}/hook", received
+    finally:
+        httpd.shutdown()
+
+
+def test_a_failed_deployment_run_sends_a_notification_that_links_to_it(
+    server, webhook_receiver, tmp_path
+):
+    """The server runs without PREFECT_UI_URL, as `prefect server start` does by default: the
+    link falls back to the UI address `notify-on-failure` reached."""
+    url, env = server
+    hook, received = webhook_receiver
+    from prefect import tags
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+
+    from toolgrpo.flows.data_quality import data_quality
+    from toolgrpo.flows.deployments import DATA_QUALITY_DEPLOYMENT
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        CustomWebhookNotificationBlock(
+            name="toolgrpo-hook", url=hook, json_data={"text": "{{body}}"}
+        ).save("toolgrpo-hook", overwrite=True)
+    created = _toolgrpo(env, "notify-on-failure", "--block", "custom-webhook/toolgrpo-hook")
+    assert created.returncode == 0, created.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{\n", encoding="utf-8")
+    with temporary_settings({PREFECT_API_URL: url}), tags(DATA_QUALITY_DEPLOYMENT):
+        state = data_quality(files=[bad], out=tmp_path / "runs", return_state=True)
+    assert state.is_failed()
+    deadline = time.monotonic() + 120
+    while not received and time.monotonic() < deadline:
+        time.sleep(1)
+    (notification,) = received
+    with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+        flow_run = latest_flow_run(client, "data-quality")
+    link = f"{url.removesuffix('/api')}/runs/flow-run/{flow_run.id}"
+    assert notification["text"].splitlines()[-1] == link, notification["text"]
+    assert f"flow run {flow_run.name} ended Failed" in notification["text"]
+    # the UI serves the run's page to a browser (which asks for HTML)
+    request = urllib.request.Request(link, headers={"Accept": "text/html"})
+    with urllib.request.urlopen(request, timeout=10) as page:
+        assert page.status == 200
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="no Chromium (apt-get install chromium)")
