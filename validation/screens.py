@@ -23,6 +23,7 @@ from toolgrpo.validation.label_rules import (
     figures_verdict,
     request_names,
 )
+from toolgrpo.validation.spread import Spread
 from toolgrpo.validation.wording import (
     tool_keywords,
 )
@@ -88,7 +89,23 @@ def _may_name_another_tool(text: pl.Expr, tool: pl.Expr, catalogue: Catalogue) -
     )
 
 
-def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue) -> pl.Expr:
+def _contradicts(wording: str, tool: str, catalogue: Catalogue) -> bool:
+    """Whether `wording`, read as a thought, contradicts `tool` (`consistent_thought`)."""
+    return not consistent_thought(wording, tool, catalogue)
+
+
+def _names(wording: str, catalogue: Catalogue) -> list[str]:
+    """The tools `wording`, read as a request, names (`request_names`), sorted."""
+    return sorted(request_names(wording, catalogue))
+
+
+def _figures_hold(request: str, balance_seen: str | None, quote_seen: str | None) -> bool | None:
+    """Whether the figures meet the request's condition (`figures_verdict`); None: unread."""
+    verdict = figures_verdict(request, balance_seen, quote_seen)
+    return None if verdict is None else verdict.holds
+
+
+def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: Spread) -> pl.Expr:
     """Whether column `text`, read as a thought, could contradict the row's tool:
     `consistent_thought` judges the texts that may name another tool, each distinct
     (digit-zeroed text, tool) pair once (zeroing digits changes no keyword hit, folded letter,
@@ -107,18 +124,16 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue) -> pl.Ex
         .filter(_may_name_another_tool(pl.col("wording"), tool, catalogue))
     )
     judged = pairs.select("wording", "tool").unique()
-    judged = judged.filter(
-        pl.Series(
-            [not consistent_thought(w, t, catalogue) for w, t in judged.iter_rows()],
-            dtype=pl.Boolean,
-        )
-    )
+    contradicts = spread.map(_contradicts, list(judged.iter_rows()), catalogue)
+    judged = judged.filter(pl.Series(contradicts, dtype=pl.Boolean))
     contradicted = pairs.join(judged, on=["wording", "tool"], how="semi").select(text, "tool")
     rows = frame.join(contradicted, on=[text, "tool"], how="semi").get_column(ROW)
     return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(rows.implode())
 
 
-def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
+def _unnamed_last_steps(
+    frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue, spread: Spread
+) -> pl.Expr:
     """Whether `step_named_by_request` could flag the row: a last step it reads whose tool its
     request does not name while exactly one tool the request names is not in its history
     (`request_names`, each distinct digit-zeroed request judged once); rows whose history
@@ -137,7 +152,7 @@ def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Cat
         .select(ROW, "tool", wording=_wording(pl.col("request"), catalogue))
     )
     requests = rows.select("wording").unique()
-    named = [sorted(request_names(wording, catalogue)) for wording in requests["wording"]]
+    named = spread.map(_names, list(requests.iter_rows()), catalogue)
     requests = requests.with_columns(named=pl.Series(named, dtype=pl.List(pl.String)))
     done = (
         lines.filter(pl.col("recorded_tool").is_not_null())
@@ -215,7 +230,7 @@ def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
     )
 
 
-def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
+def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame, spread: Spread) -> pl.Expr:
     """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
     (`figures_verdict` of its request and latest balance and quote, each distinct triple judged
     once) point at the branch it does not take, or whose history polars may read otherwise."""
@@ -224,8 +239,7 @@ def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
     for tool in figures[1:]:
         conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
     triples = conditional.select(figures).unique()
-    verdicts = [figures_verdict(*triple) for triple in triples.iter_rows()]
-    holds = pl.Series("holds", [v.holds if v else None for v in verdicts], dtype=pl.Boolean)
+    holds = pl.Series("holds", spread.map(_figures_hold, list(triples.iter_rows())), pl.Boolean)
     judged = conditional.join(triples.with_columns(holds), on=figures, nulls_equal=True)
     replies = pl.col("branch") == "condition_fails"
     suspects = pl.concat(
@@ -237,9 +251,13 @@ def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
     return pl.col("branch").is_not_null() & pl.col(ROW).is_in(suspects.to_series().implode())
 
 
-def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
+def screens(
+    frame: pl.DataFrame, catalogue: Catalogue, spread: Spread | None = None
+) -> pl.DataFrame:
     """`frame` with a column per rule (its name): whether the rule could flag the row, and
-    `NEEDED`: whether the rules read the row at all."""
+    `NEEDED`: whether the rules read the row at all; the texts the screens judge in Python
+    judged by `spread`'s workers (default: in this process)."""
+    spread = spread or Spread(1)
     parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
     solution = pl.col("solution")
     # each distinct solution parsed once, as `schemas.samples.parse_solution` does
@@ -256,10 +274,10 @@ def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
     )
     lines = _history_lines(frame)
     frame = _history_screens(frame, lines).with_columns(
-        thought_announces_action=_inconsistent(frame, "thought", catalogue),
-        plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue),
-        step_named_by_request=_unnamed_last_steps(frame, lines, catalogue),
-        branch_matches_figures=_contradicted_branches(frame, lines),
+        thought_announces_action=_inconsistent(frame, "thought", catalogue, spread),
+        plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue, spread),
+        step_named_by_request=_unnamed_last_steps(frame, lines, catalogue, spread),
+        branch_matches_figures=_contradicted_branches(frame, lines, spread),
     )
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))

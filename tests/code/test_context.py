@@ -4,6 +4,7 @@ breaks it (located by file:line, with the evidence), in the gate as warnings."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
 from toolgrpo.schemas.figures import Amount, amounts_in
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.validation import context, spread
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.label_rules import (
     BRANCH_MATCHES_FIGURES,
@@ -367,3 +369,37 @@ def test_the_screens_keep_every_finding_of_every_rule_on_every_row(tmp_path):
     }
     branches = {found.id for found in screened if found.check == BRANCH_MATCHES_FIGURES}
     assert {"latest balance-3", "listed twice-2", "branch digit-2"} <= branches
+
+
+def test_findings_judged_on_worker_processes_are_those_of_every_rule_on_every_row(
+    tmp_path, monkeypatch
+):
+    """The screens' texts and the rules' scenarios spread over two worker processes, however
+    few (the thresholds lowered to one), give the findings of every rule on every row, in the
+    same order."""
+    monkeypatch.setattr(spread, "MIN_ITEMS_PER_WORKER", 1)
+    monkeypatch.setattr(context, "MIN_ROWS_FOR_CHUNKS", 1)
+    shipped = load_samples.fn(sorted(DATA_DIR.glob("*/*.jsonl"))).frame
+    rows = one_broken_row_per_rule()
+    copies = [{**row, "id": f"{row['id']}#{copy}"} for copy in range(3) for row in rows]
+    frame = pl.concat([shipped, loaded_rows(tmp_path, *copies)])
+    reference = label_inconsistencies(frame, screen=False, workers=1)
+    assert label_inconsistencies(frame, workers=2) == reference
+    assert label_inconsistencies(frame, screen=False, workers=2) == reference
+    assert len({found.check for found in reference}) == 6
+
+
+def test_workers_follow_the_cpus_this_process_may_use():
+    assert spread.Spread().workers == len(os.sched_getaffinity(0))
+    assert spread.Spread(1).workers == 1
+
+
+def _judged_where(number: int, offset: int) -> tuple[int, int]:
+    return number + offset, os.getpid()
+
+
+def test_a_spread_call_answers_in_order_from_worker_processes():
+    answers = spread.Spread(2).map(_judged_where, [(n,) for n in range(10)], 100, per_worker=1)
+    assert [answer for answer, _ in answers] == list(range(100, 110))
+    assert os.getpid() not in {pid for _, pid in answers}
+    assert spread.Spread(1).map(_judged_where, [(1,)], 0) == [(1, os.getpid())]
