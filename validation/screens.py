@@ -6,11 +6,14 @@ rule passes; where polars cannot read a row as Python does (below), the row goes
 
 from __future__ import annotations
 
+import re
 from functools import cache
+from typing import Any
 
 import polars as pl
 
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.figures import AMOUNT, Amount, amounts_in
 from toolgrpo.schemas.samples import (
     MAX_SOLUTION_CHARS,
     PREVIOUS_STEP_LINE,
@@ -230,17 +233,157 @@ def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
     )
 
 
+# The digits of a figure polars reads as Python does: plain ASCII digits, this many at most
+# before and after the point, convert to the same float in both (each correctly rounded); any
+# other figure goes to `figures_verdict`.
+_MAX_FIGURE_DIGITS = 15
+_NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
+# Where a shape's amount is (`_figure_at`) and, for a request, its sole amount and price limit.
+_AMOUNT_FIELDS = {"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64}
+_REQUEST_FIELDS = {
+    "asked": pl.Int64,
+    **{f"asked_{name}": dtype for name, dtype in _AMOUNT_FIELDS.items()},
+    **{f"limit_{name}": dtype for name, dtype in _AMOUNT_FIELDS.items()},
+    "below": pl.Boolean,
+}
+
+
+def _figure_at(match: re.Match[str]) -> tuple[int, int, float | None]:
+    """Where an `AMOUNT` match's number (with its fraction) starts and ends, and its scale:
+    `amount_of` reads the value as that text's float times the scale (None: a scale that does
+    not read alone; the figure then goes to `figures_verdict`)."""
+    end = match.end("fraction") if match["fraction"] else match.end("number")
+    scaled = amounts_in(f"1{match['scale']}") if match["scale"] else [Amount("1", 1.0)]
+    return match.start("number"), end, scaled[0].value if len(scaled) == 1 else None
+
+
+def _sole_figure(shape: str) -> tuple[int | None, int | None, float | None]:
+    """`_figure_at` of the one amount `shape` states, as `_sole_amount` reads an observation."""
+    matches = list(AMOUNT.finditer(shape))
+    return _figure_at(matches[0]) if len(matches) == 1 else (None, None, None)
+
+
+def _request_figures(shape: str) -> tuple[Any, ...]:
+    """What `figures_verdict` reads from a request of this shape (digits zeroed: which texts
+    are amounts, and which is a price limit, never depends on the digits' values): how many
+    amounts, the sole one's place, and the price limit's place and direction. The limit is
+    found by asking `figures_verdict` itself: with amount i made non-zero and a quote of 0, it
+    compares the quote with a non-zero limit only where amount i is the limit, and the
+    condition holds only when it wants the price below."""
+    matches = list(AMOUNT.finditer(shape))
+    asked = _figure_at(matches[0]) if len(matches) == 1 else (None, None, None)
+    limit: tuple[Any, ...] = (None, None, None, None)
+    # every amount reads 0, each digit staying ASCII or not (the regexes tell them apart)
+    zeros = _NON_ASCII_DIGIT.sub("\u0660", shape)
+    for match in matches:
+        first = match.start("number")
+        one = "1" if zeros[first] == "0" else "\u0661"
+        verdict = figures_verdict(f"{zeros[:first]}{one}{zeros[first + 1 :]}", None, "0")
+        if verdict is not None and verdict.compared[1] != 0:
+            limit = (*_figure_at(match), verdict.holds)
+            break
+    return len(matches), *asked, *limit
+
+
+def _shapes(column: pl.Expr) -> pl.Expr:
+    """`column` with its ASCII digits zeroed: texts of one shape have their amounts in the
+    same places."""
+    return column.str.replace_all("[1-9]", "0")
+
+
+def _figure_values(frame: pl.DataFrame, text: str, place: str) -> pl.Expr:
+    """The value `amount_of` reads from column `text` at the place `{place}_start`, …, or null
+    where polars might read it otherwise than Python (not plain digits, too many)."""
+    start = pl.col(f"{place}_start")
+    digits = pl.col(text).str.slice(start, pl.col(f"{place}_end") - start).str.replace_all(",", "")
+    most = _MAX_FIGURE_DIGITS
+    plain = digits.str.contains(f"^[0-9]{{1,{most}}}(?:\\.[0-9]{{1,{most}}})?$")
+    value = digits.cast(pl.Float64, strict=False) * pl.col(f"{place}_scale")
+    return pl.when(plain).then(value)
+
+
+def _with_shape_info(
+    frame: pl.DataFrame, text: str, fields: dict[str, Any], read: Any, prefix: str = ""
+) -> pl.DataFrame:
+    """`frame` with, per row, what `read` (in Python, each distinct shape of column `text`
+    once) says of its shape, as columns `fields` (named with `prefix`)."""
+    shapes = frame.select(shape=_shapes(pl.col(text))).unique().drop_nulls()
+    info = pl.DataFrame(
+        [read(shape) for shape in shapes["shape"]],
+        schema={f"{prefix}{name}": dtype for name, dtype in fields.items()},
+        orient="row",
+    )
+    shapes = pl.concat([shapes, info], how="horizontal")
+    return (
+        frame.with_columns(shape=_shapes(pl.col(text)))
+        .join(shapes, on="shape", how="left", maintain_order="left")
+        .drop("shape")
+    )
+
+
+def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
+    """`conditional` (a request, the latest balance and quote seen) with `holds`:
+    `figures_verdict(...).holds` (null: no verdict), read by polars from each text's shape
+    (`_request_figures`, `_sole_figure`), and by `figures_verdict` where polars might read a
+    figure otherwise."""
+    frame = _with_shape_info(conditional, "request", _REQUEST_FIELDS, _request_figures)
+    for tool, name in (("check_balance", "balance"), ("get_quote", "price")):
+        frame = _with_shape_info(frame, tool, _AMOUNT_FIELDS, _sole_figure, f"{name}_")
+    values = {
+        place: _figure_values(frame, text, place)
+        for text, place in [
+            ("request", "asked"),
+            ("request", "limit"),
+            ("check_balance", "balance"),
+            ("get_quote", "price"),
+        ]
+    }
+    frame = frame.with_columns(**{f"{place}_value": value for place, value in values.items()})
+    balance, price, asked, limit = (
+        pl.col(f"{place}_value") for place in ("balance", "price", "asked", "limit")
+    )
+    has_balance, has_price = (
+        pl.col("balance_start").is_not_null(),
+        pl.col("price_start").is_not_null(),
+    )
+    one_asked = pl.col("asked") == 1
+    has_limit = pl.col("limit_start").is_not_null()
+    holds = (
+        pl.when(has_balance & has_price & one_asked)
+        .then(balance >= asked * price)
+        .when(has_balance & ~has_price & one_asked)
+        .then(balance >= asked)
+        .when(has_price & ~has_balance & has_limit)
+        .then(pl.when(pl.col("below")).then(price < limit).otherwise(price > limit))
+    )
+    # every figure the case reads is one polars read
+    read = (
+        pl.when(has_balance & one_asked)
+        .then(balance.is_not_null() & asked.is_not_null() & (price.is_not_null() | ~has_price))
+        .when(has_price & ~has_balance & has_limit)
+        .then(price.is_not_null() & limit.is_not_null())
+        .otherwise(True)
+    )
+    frame = frame.with_columns(holds=holds, read=read)
+    figures = ["request", "check_balance", "get_quote"]
+    unread = frame.filter(~pl.col("read")).select(figures).unique()
+    answers = spread.map(_figures_hold, list(unread.iter_rows()))
+    unread = unread.with_columns(python=pl.Series(answers, dtype=pl.Boolean))
+    frame = frame.join(unread, on=figures, how="left", nulls_equal=True, maintain_order="left")
+    return frame.with_columns(
+        holds=pl.when(pl.col("read")).then(pl.col("holds")).otherwise(pl.col("python"))
+    )
+
+
 def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame, spread: Spread) -> pl.Expr:
     """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
-    (`figures_verdict` of its request and latest balance and quote, each distinct triple judged
-    once) point at the branch it does not take, or whose history polars may read otherwise."""
-    figures = ("request", "check_balance", "get_quote")
+    (`figures_verdict` of its request and latest balance and quote, read in polars by
+    `_figures_holding`) point at the branch it does not take, or whose history polars may read
+    otherwise."""
     conditional = frame.filter(pl.col("branch").is_not_null()).select(ROW, "request", "branch")
-    for tool in figures[1:]:
+    for tool in ("check_balance", "get_quote"):
         conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
-    triples = conditional.select(figures).unique()
-    holds = pl.Series("holds", spread.map(_figures_hold, list(triples.iter_rows())), pl.Boolean)
-    judged = conditional.join(triples.with_columns(holds), on=figures, nulls_equal=True)
+    judged = _figures_holding(conditional, spread)
     replies = pl.col("branch") == "condition_fails"
     suspects = pl.concat(
         [
