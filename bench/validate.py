@@ -22,9 +22,9 @@ Prints seconds, rows/s and the polars speed-up, with the machine's load average.
 End to end, the side-by-side table: `toolgrpo validate` in a fresh process on each kind of rows
 as JSONL, with a Prefect server already running (what a `prefect server start` user has:
 `PREFECT_API_URL` set) and with the temporary server a run without `PREFECT_API_URL` starts,
-with each run's seconds and peak resident memory (the validate process; a temporary server runs
-in a process of its own). Then where the seconds go on the distinct rows, stage by stage, in
-this process. `--readers` adds the loader's comparison: a copy with 1% of its lines broken
+with each run's seconds and peak resident memory (the validate process's VmHWM; a temporary
+server runs in a process of its own). Then where the seconds go on the distinct rows, stage by
+stage, in this process. `--readers` adds the loader's comparison: a copy with 1% of its lines broken
 (cut JSON, a string step, a missing tool), with the native readers and with every line read by
 pydantic as before them.
 """
@@ -77,7 +77,11 @@ BROKEN_EVERY = 100  # 1% of the lines
 # `toolgrpo validate ARGS`, as the console script runs it; {line_by_line} makes the loader read
 # every line with pydantic (`load_samples(line_by_line=True)`, the reader before polars).
 CLI = (
-    "import functools, sys\n"
+    "import atexit, functools, os, sys\n"
+    "def peak():  # this process's own high-water RSS (ru_maxrss keeps the forking parent's)\n"
+    "    status = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+    "    open(os.environ['BENCH_PEAK_FILE'], 'w').write(status)\n"
+    "atexit.register(peak)  # runs last: after Prefect's handlers\n"
     "from toolgrpo.validation import loader\n"
     "if {line_by_line}:\n"
     "    loader.load_samples = functools.partial(loader.load_samples, line_by_line=True)\n"
@@ -315,26 +319,24 @@ class CliRun(NamedTuple):
 
 def cli_run(path: Path, out: Path, line_by_line: bool, api_url: str | None = None) -> CliRun:
     """`toolgrpo validate PATH --out OUT` in a fresh process (with a temporary Prefect server, or
-    the running one at `api_url`): its seconds, exit status and peak RSS (`wait4`'s, the process
-    alone: a temporary server is a process of its own, which it starts and stops)."""
+    the running one at `api_url`): its seconds, exit status and peak RSS (its own VmHWM, the
+    process alone: a temporary server is a process of its own, which it starts and stops)."""
     env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **os.environ}
     env.pop("PREFECT_API_URL", None)
     if api_url is not None:
         env["PREFECT_API_URL"] = api_url
     command = [sys.executable, "-c", CLI.format(line_by_line=line_by_line), str(path)]
-    with tempfile.TemporaryFile("w+") as stderr:
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as folder:
+        env["BENCH_PEAK_FILE"] = peak_file = str(Path(folder, "peak"))
         start = time.perf_counter()
-        process = subprocess.Popen(
-            [*command, "--out", str(out)], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        done = subprocess.run(
+            [*command, "--out", str(out)], env=env, capture_output=True, text=True, check=False
         )
-        _, wait_status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(wait_status)
-        stderr.seek(0)
-        errors = stderr.read()
-    if process.returncode not in (0, 1):  # 1: the gate failed, as it should on broken rows
-        raise SystemExit(f"toolgrpo validate {path} exited {process.returncode}:\n{errors}")
-    return CliRun(seconds, process.returncode, usage.ru_maxrss / 2**20)  # KiB on Linux
+        peak_kb = int(Path(peak_file).read_text()) if Path(peak_file).exists() else 0
+    if done.returncode not in (0, 1):  # 1: the gate failed, as it should on broken rows
+        raise SystemExit(f"toolgrpo validate {path} exited {done.returncode}:\n{done.stderr}")
+    return CliRun(seconds, done.returncode, peak_kb / 2**20)
 
 
 @contextlib.contextmanager
@@ -462,19 +464,30 @@ def main(
     end_to_end: bool = True,
     readers: bool = False,
     schemas: bool = True,
+    drawn: Path | None = None,
 ) -> None:
     """Time the polars schema and the pandas one on the same ROWS rows, side by side (unless
     --no-schemas); then (unless --no-end-to-end) `toolgrpo validate` on ROWS repeated and ROWS
     distinct rows as JSONL files, side by side, and where the distinct rows' seconds go;
-    --readers: the loader's native readers against line by line."""
+    --readers: the loader's native readers against line by line; --drawn FILE.parquet keeps
+    the distinct rows there (drawn once, read back by later runs of as many rows)."""
     frame = synthetic_rows(rows, unique_solutions)
     if schemas:
         time_schemas(frame)
     if not end_to_end:
         return
-    start = time.perf_counter()
-    distinct = distinct_rows(rows)
-    print(f"\n{rows:,} distinct rows drawn in {time.perf_counter() - start:.1f} s")
+    if (
+        drawn is not None
+        and drawn.exists()
+        and pl.scan_parquet(drawn).select(pl.len()).collect().item() == rows
+    ):
+        distinct = pl.read_parquet(drawn)
+    else:
+        start = time.perf_counter()
+        distinct = distinct_rows(rows)
+        print(f"\n{rows:,} distinct rows drawn in {time.perf_counter() - start:.1f} s")
+        if drawn is not None:
+            distinct.write_parquet(drawn)
     with tempfile.TemporaryDirectory(prefix="bench-validate-") as folder:
         time_end_to_end({"repeated": frame, "distinct": distinct}, Path(folder))
         print(f"\nwhere the seconds go ({rows:,} distinct rows, in process, no Prefect):")
