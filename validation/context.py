@@ -18,6 +18,7 @@ from toolgrpo.validation.spread import CHUNKS_PER_WORKER, Spread
 # ... and from this many rows the rules read (~0.5 ms a row), they run in the workers too.
 MIN_ROWS_FOR_CHUNKS = 2_000
 _SUSPECTS = "suspects"
+_SCREENED_COLUMNS = ("scenario_id", "step", "tool", "branch", "prompt", "solution")
 
 
 def _findings(
@@ -77,7 +78,11 @@ def label_inconsistencies(
     )
     rules = [rule.__name__ for rule in RULES]
     if screen:
-        frame = screens(frame, catalogue, spread).filter(NEEDED)
+        # the screens read these columns only; the rows they leave are gathered once, after
+        screened = screens(frame.select(ROW, *_SCREENED_COLUMNS), catalogue, spread)
+        flags = screened.filter(NEEDED).select(ROW, *rules)
+        del screened
+        frame = frame.join(flags, on=ROW).sort(ROW)
     else:
         frame = frame.with_columns(pl.lit(True).alias(rule) for rule in rules)
     read = frame.select(ROW, *LABEL_COLUMNS, pl.concat_list(rules).alias(_SUSPECTS))
