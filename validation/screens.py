@@ -303,13 +303,18 @@ def _figure_values(frame: pl.DataFrame, text: str, place: str) -> pl.Expr:
 
 
 def _with_shape_info(
-    frame: pl.DataFrame, text: str, fields: dict[str, Any], read: Any, prefix: str = ""
+    frame: pl.DataFrame,
+    text: str,
+    fields: dict[str, Any],
+    read: Any,
+    spread: Spread,
+    prefix: str = "",
 ) -> pl.DataFrame:
-    """`frame` with, per row, what `read` (in Python, each distinct shape of column `text`
-    once) says of its shape, as columns `fields` (named with `prefix`)."""
+    """`frame` with, per row, what `read` (in Python, by `spread`, each distinct shape of
+    column `text` once) says of its shape, as columns `fields` (named with `prefix`)."""
     shapes = frame.select(shape=_shapes(pl.col(text))).unique().drop_nulls()
     info = pl.DataFrame(
-        [read(shape) for shape in shapes["shape"]],
+        spread.map(read, list(shapes.iter_rows())),
         schema={f"{prefix}{name}": dtype for name, dtype in fields.items()},
         orient="row",
     )
@@ -326,9 +331,9 @@ def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
     `figures_verdict(...).holds` (null: no verdict), read by polars from each text's shape
     (`_request_figures`, `_sole_figure`), and by `figures_verdict` where polars might read a
     figure otherwise."""
-    frame = _with_shape_info(conditional, "request", _REQUEST_FIELDS, _request_figures)
+    frame = _with_shape_info(conditional, "request", _REQUEST_FIELDS, _request_figures, spread)
     for tool, name in (("check_balance", "balance"), ("get_quote", "price")):
-        frame = _with_shape_info(frame, tool, _AMOUNT_FIELDS, _sole_figure, f"{name}_")
+        frame = _with_shape_info(frame, tool, _AMOUNT_FIELDS, _sole_figure, spread, f"{name}_")
     values = {
         place: _figure_values(frame, text, place)
         for text, place in [
