@@ -197,6 +197,7 @@ def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
             unsure=pl.col("unsure")
             | (pl.col("line").is_not_null() & pl.col("recorded_step").is_null())
         )
+        .drop("line", "recorded")  # copies of the history's text, read
         # a step number listed twice is its last line, as in `split_prompt`'s dict
         .unique([ROW, "recorded_step"], keep="last", maintain_order=True)
     )
@@ -210,7 +211,8 @@ def _history_screens(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     # each step's distinct labels once: a scenario id shared by many rows must not make the join
     # quadratic (1M rows repeating 1,277 rows' ids asked for >23 GB)
     labelled = frame.select("scenario_id", recorded_step="step", labelled_tool="tool").unique()
-    contradicted = lines.join(labelled, on=["scenario_id", "recorded_step"]).filter(
+    recorded = lines.select("scenario_id", "recorded_step", "recorded_tool")
+    contradicted = recorded.join(labelled, on=["scenario_id", "recorded_step"]).filter(
         pl.col("labelled_tool") != pl.col("recorded_tool")
     )
     unsure = lines.filter("unsure")
@@ -417,9 +419,12 @@ def screens(
             first_planned=solution.str.json_path_match("$.plan[0]"),
         )
     )
-    frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1")).join(
+    frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
+    # looked up by the key alone and set beside the frame (joining it would copy every column)
+    found = frame.select("solution").join(
         solutions, on="solution", how="left", maintain_order="left"
     )
+    frame = frame.hstack(found.drop("solution").get_columns())
     lines = _history_lines(frame)
     frame = _history_screens(frame, lines).with_columns(
         thought_announces_action=_inconsistent(frame, "thought", catalogue, spread),
