@@ -1,25 +1,31 @@
-"""Time the label context checks on 1,000,000 rows: screened (the gate's) vs row by row.
+"""Time the label context checks on 1,000,000 rows: screened (the gate's) vs row by row, and
+the screened checks with 1, 2, … worker processes.
 
-    python bench/context_checks.py [--rows 1000000] [--reference-rows 20000]
+    python bench/context_checks.py [--rows 1000000] [--reference-rows 20000] [--workers 1,2]
 
 Rows are the shipped rows repeated with fresh ids and scenario ids, in three variants:
 `repeated` (every copy the same text), `unique slots` (each copy's request and thought name
 their own account, ACC000001…, as templated data differ in slot values) and `unique words`
-(each copy's request and thought carry their own made-up word, so no two texts read alike).
+(each copy's request and thought carry their own made-up word, so no two texts read alike);
+and `drawn`: the training scenarios drawn again by the generator with fresh slots, balances and
+quotes (`bench/validate.py`'s distinct rows: real data's variety, labels valid).
 The row-by-row reference (`screen=False`, ~0.5 ms a row) runs on the first `reference_rows`
 rows of each variant, where both must find exactly the same; the screened checks also run on
-all rows. Prints seconds, µs per row and the speed-up, with the machine's load average.
+all rows with each number of workers (`label_inconsistencies(workers=…)`, found the same).
+Prints seconds, µs per row and the speed-up, with the machine's load average.
 """
 
 from __future__ import annotations
 
 import os
 import string
+import tempfile
 import time
 from pathlib import Path
 
 import cyclopts
 import polars as pl
+from validate import distinct_rows  # bench/validate.py, next to this script
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.validation.context import label_inconsistencies
@@ -39,7 +45,10 @@ def _word(copy: pl.Expr) -> pl.Expr:
 
 
 def rows_of(variant: str, rows: int) -> pl.DataFrame:
-    """`rows` rows: the shipped rows repeated, each copy with its own ids (and text: `variant`)."""
+    """`rows` rows: the shipped rows repeated, each copy with its own ids (and text: `variant`),
+    or drawn again by the generator."""
+    if variant == "drawn":
+        return load_frame(distinct_rows(rows))
     shipped = load_samples([Path(DATA_DIR) / name for name in SHIPPED]).frame
     copies = -(-rows // shipped.height)
     frame = pl.concat([shipped.with_columns(copy=pl.lit(k)) for k in range(copies)]).head(rows)
@@ -59,32 +68,60 @@ def rows_of(variant: str, rows: int) -> pl.DataFrame:
     ).drop("copy")
 
 
-def _timed(frame: pl.DataFrame, screen: bool) -> tuple[float, list]:
+def load_frame(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame`'s rows as the loader gives them (with `file` and `line`)."""
+    with tempfile.TemporaryDirectory(prefix="bench-context-") as folder:
+        path = Path(folder, "rows.jsonl")
+        frame.write_ndjson(path)
+        return load_samples([path]).frame
+
+
+def _timed(frame: pl.DataFrame, screen: bool, workers: int = 1) -> tuple[float, list]:
     start = time.perf_counter()
-    found = label_inconsistencies(frame, screen=screen)
+    found = label_inconsistencies(frame, screen=screen, workers=workers)
     return time.perf_counter() - start, found
 
 
-def main(rows: int = 1_000_000, reference_rows: int = 20_000) -> None:
-    """Print per variant: row by row and screened on `reference_rows`, screened on all rows."""
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+def main(
+    rows: int = 1_000_000,
+    reference_rows: int = 20_000,
+    workers: str = "1,2",
+    variants: str = "repeated,unique slots,unique words,drawn",
+) -> None:
+    """Print per variant: row by row and screened on `reference_rows`, screened on all rows
+    with each number of `workers`."""
+    counts = [int(n) for n in workers.split(",")]
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {len(os.sched_getaffinity(0))} usable CPUs "
+        "(other work shares them)"
+    )
+    arms = " | ".join(f"screened, {rows:,} rows, {n} worker(s)" for n in counts)
     print(
         f"| variant | findings (sample / all) | row by row, {reference_rows:,} rows | "
-        f"screened, same rows | speed-up | screened, {rows:,} rows | µs/row |"
+        f"screened, same rows | speed-up | {arms} | µs/row ({counts[-1]}) |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for variant in ("repeated", "unique slots", "unique words"):
+    print("|---|---|---|---|---|" + "---|" * (len(counts) + 1))
+    for variant in variants.split(","):
         frame = rows_of(variant, rows)
         sample = frame.head(reference_rows)
         reference_s, reference = _timed(sample, screen=False)
         screened_s, screened = _timed(sample, screen=True)
         if screened != reference:
             raise SystemExit(f"{variant}: the screened checks found otherwise than row by row")
-        all_s, found = _timed(frame, screen=True)
+        seconds, found = [], None
+        for n in counts:
+            arm_s, found_n = _timed(frame, screen=True, workers=n)
+            if found is not None and found_n != found:
+                raise SystemExit(f"{variant}: {n} workers found otherwise than {counts[0]}")
+            seconds.append(arm_s)
+            found = found_n
+        assert found is not None
+        arms = " | ".join(f"{arm_s:.2f} s" for arm_s in seconds)
         print(
             f"| {variant} | {len(reference)} / {len(found)} | {reference_s:.2f} s | "
-            f"{screened_s:.3f} s | {reference_s / screened_s:.0f}× | {all_s:.2f} s | "
-            f"{all_s / frame.height * 1e6:.2f} |"
+            f"{screened_s:.3f} s | {reference_s / screened_s:.0f}× | {arms} | "
+            f"{seconds[-1] / frame.height * 1e6:.2f} |",
+            flush=True,
         )
 
 

@@ -1,34 +1,48 @@
 """Validate 1,000,000 sample rows with the polars schema and with the same rules on pandas, then
-time `toolgrpo validate` on the same rows as a JSONL file, end to end.
+time `toolgrpo validate` on the same number of rows as JSONL files, end to end: the shipped rows
+repeated and rows of real, distinct text side by side.
 
-    python bench/validate.py [--rows 1000000] [--unique-solutions] [--no-end-to-end]
+    python bench/validate.py [--rows 1000000] [--unique-solutions] [--no-end-to-end] [--readers]
 
-Rows are the shipped rows repeated with fresh ids. Both sides parse each distinct solution once
-(polars with `str.json_path_match`, pandas with `json.loads`, its only JSON parser), so by default
-JSON parsing is cheap; `--unique-solutions` makes every solution distinct (the worst case). The
-context checks also judge each distinct text once: `bench/context_checks.py` times them on rows
-whose every copy has texts of its own.
+Two kinds of rows:
+
+- repeated: the shipped rows repeated with fresh ids, so every text is one of ~1,300 and the
+  checks that judge each distinct text once (JSON parsing, the context checks) judge ~1,300;
+- distinct: the shipped scenarios drawn again by the generator (`generator.build`) round after
+  round, with every slot redrawn for each scenario (accounts, amounts, symbols, quantities,
+  balances, quotes), so requests, thoughts and params differ as in real data while every label
+  stays valid and consistent (what the context checks find on them is what a clean dataset
+  has). Drawn in a process per usable CPU.
+
+The schema comparison runs on the repeated rows: both sides parse each distinct solution once
+(polars with `str.json_path_match`, pandas with `json.loads`, its only JSON parser);
+`--unique-solutions` makes every solution distinct (the worst case).
 Prints seconds, rows/s and the polars speed-up, with the machine's load average.
 
-End to end: the rows written as JSONL in a temporary folder, and a copy with 1% of its lines
-broken (cut JSON, a string step, a missing tool); `toolgrpo validate` on each in a subprocess
-(Prefect start-up, loading, checks, report files), with the loader's native readers and with
-every line read by pydantic as before them; then, with a Prefect server already running (what a
-`prefect server start` user has: `PREFECT_API_URL` set, no temporary server to start), a small
-file and the valid rows; then where the seconds go, stage by stage, in this process.
+End to end, the side-by-side table: `toolgrpo validate` in a fresh process on each kind of rows
+as JSONL, with a Prefect server already running (what a `prefect server start` user has:
+`PREFECT_API_URL` set) and with the temporary server a run without `PREFECT_API_URL` starts,
+with each run's seconds and peak resident memory (the validate process's VmHWM; a temporary
+server runs in a process of its own). Then where the seconds go on the distinct rows, stage by
+stage, in this process. `--readers` adds the loader's comparison: a copy with 1% of its lines broken
+(cut JSON, a string step, a missing tool), with the native readers and with every line read by
+pydantic as before them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import cyclopts
 import pandas as pd
@@ -39,6 +53,7 @@ from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.generator.build import TRAIN_MULTI_ROWS, TRAIN_SINGLE_ROWS, ScenarioBuilder
 from toolgrpo.reporting.data_quality import render_markdown
 from toolgrpo.schemas.catalogue import default_catalogue as catalogue
 from toolgrpo.schemas.samples import (
@@ -48,6 +63,7 @@ from toolgrpo.schemas.samples import (
     MAX_PROMPT_CHARS,
     PREVIOUS_STEP_LINE,
     PREVIOUS_STEPS_HEADER,
+    RECORD_SCHEMA,
     ParsedSample,
     parse_solution,
 )
@@ -61,7 +77,11 @@ BROKEN_EVERY = 100  # 1% of the lines
 # `toolgrpo validate ARGS`, as the console script runs it; {line_by_line} makes the loader read
 # every line with pydantic (`load_samples(line_by_line=True)`, the reader before polars).
 CLI = (
-    "import functools, sys\n"
+    "import atexit, functools, os, sys\n"
+    "def peak():  # this process's own high-water RSS (ru_maxrss keeps the forking parent's)\n"
+    "    status = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+    "    open(os.environ['BENCH_PEAK_FILE'], 'w').write(status)\n"
+    "atexit.register(peak)  # runs last: after Prefect's handlers\n"
     "from toolgrpo.validation import loader\n"
     "if {line_by_line}:\n"
     "    loader.load_samples = functools.partial(loader.load_samples, line_by_line=True)\n"
@@ -225,6 +245,29 @@ def synthetic_rows(rows: int, unique_solutions: bool) -> pl.DataFrame:
     return frame.rechunk()
 
 
+def _drawn_rounds(first: int, last: int) -> pl.DataFrame:
+    """Rounds `first`..`last - 1` of the training scenarios drawn again (see `distinct_rows`)."""
+    builder = ScenarioBuilder(f"distinct-{first}", catalogue(), unique_requests=False)
+    rows: list[dict[str, Any]] = []
+    for number in range(first, last):
+        split = f"d{number}"
+        rows += builder.single_rows(split, builder.single_jobs("train"))
+        rows += builder.multi_rows(split, builder.multi_jobs("train"))
+    return pl.DataFrame(rows, schema=RECORD_SCHEMA)
+
+
+def distinct_rows(rows: int) -> pl.DataFrame:
+    """`rows` rows of the training scenarios drawn round after round with fresh slots (the
+    generator's draws: accounts, amounts, symbols, balances and quotes redrawn, labels valid),
+    ids unique; drawn in a process per usable CPU."""
+    rounds = -(-rows // (TRAIN_SINGLE_ROWS + TRAIN_MULTI_ROWS))
+    workers = min(len(os.sched_getaffinity(0)), rounds)
+    bounds = [rounds * k // workers for k in range(workers + 1)]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        parts = list(pool.map(_drawn_rounds, bounds[:-1], bounds[1:]))
+    return pl.concat(parts).head(rows).rechunk()
+
+
 def timed(validate: Callable[[], object]) -> tuple[float, object]:
     start = time.perf_counter()
     result = validate()
@@ -266,23 +309,48 @@ def write_jsonl(frame: pl.DataFrame, path: Path, broken_every: int = 0) -> int:
     return lines.height // broken_every
 
 
-def cli_run(
-    path: Path, out: Path, line_by_line: bool, api_url: str | None = None
-) -> tuple[float, int]:
-    """Seconds and exit status of `toolgrpo validate PATH --out OUT` in a fresh process (with a
-    temporary Prefect server, or the running one at `api_url`)."""
+class CliRun(NamedTuple):
+    """One `toolgrpo validate` process: seconds, exit status, peak resident memory."""
+
+    seconds: float
+    status: int
+    peak_gb: float
+
+
+def cli_run(path: Path, out: Path, line_by_line: bool, api_url: str | None = None) -> CliRun:
+    """`toolgrpo validate PATH --out OUT` in a fresh process (with a temporary Prefect server, or
+    the running one at `api_url`): its seconds, exit status and peak RSS (its own VmHWM, the
+    process alone: a temporary server is a process of its own, which it starts and stops)."""
     env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **os.environ}
+    env.pop("PREFECT_API_URL", None)
     if api_url is not None:
         env["PREFECT_API_URL"] = api_url
     command = [sys.executable, "-c", CLI.format(line_by_line=line_by_line), str(path)]
-    start = time.perf_counter()
-    done = subprocess.run(
-        [*command, "--out", str(out)], env=env, capture_output=True, text=True, check=False
-    )
-    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as folder:
+        env["BENCH_PEAK_FILE"] = peak_file = str(Path(folder, "peak"))
+        start = time.perf_counter()
+        done = subprocess.run(
+            [*command, "--out", str(out)], env=env, capture_output=True, text=True, check=False
+        )
+        seconds = time.perf_counter() - start
+        peak_kb = int(Path(peak_file).read_text()) if Path(peak_file).exists() else 0
     if done.returncode not in (0, 1):  # 1: the gate failed, as it should on broken rows
         raise SystemExit(f"toolgrpo validate {path} exited {done.returncode}:\n{done.stderr}")
-    return seconds, done.returncode
+    return CliRun(seconds, done.returncode, peak_kb / 2**20)
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator[str]:
+    """A Prefect server in a process of its own (what `prefect server start` serves, minus the
+    UI) for the block: its API URL."""
+    server = SubprocessASGIServer()
+    # its telemetry heartbeat races the runs' writes on sqlite ("database is locked")
+    with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+        server.start()
+    try:
+        yield server.api_url
+    finally:
+        server.stop()
 
 
 def stage_seconds(path: Path) -> dict[str, float]:
@@ -315,60 +383,123 @@ def failures_csv(out: Path) -> bytes:
     return (run_dir / "failures.csv").read_bytes()
 
 
-def time_cli(frame: pl.DataFrame) -> None:
-    """`toolgrpo validate` on `frame` as JSONL, whole and 1% broken, native vs line by line."""
+def time_readers(frame: pl.DataFrame, folder: Path) -> None:
+    """`toolgrpo validate` on `frame` as JSONL, whole and 1% broken, native vs line by line
+    (temporary server)."""
     rows = frame.height
-    with tempfile.TemporaryDirectory(prefix="bench-validate-") as folder:
-        valid, broken = Path(folder, "valid.jsonl"), Path(folder, "broken.jsonl")
-        write_jsonl(frame, valid)
-        broken_lines = write_jsonl(frame, broken, BROKEN_EVERY)
-        small = DATA_DIR / SHIPPED[0]
-        startup_s, _ = cli_run(small, Path(folder, "runs-small"), line_by_line=False)
-        print(
-            f"\ntoolgrpo validate, end to end (a {sum(1 for _ in small.open())}-row file: "
-            f"{startup_s:.1f} s, mostly start-up); load average {os.getloadavg()}"
+    valid, broken = folder / "valid.jsonl", folder / "broken.jsonl"
+    write_jsonl(frame, valid)
+    broken_lines = write_jsonl(frame, broken, BROKEN_EVERY)
+    print(f"\nthe loader's readers, end to end; load average {os.getloadavg()}")
+    print(f"{'file':34} {'native':>8} {'line by line':>13} {'ratio':>6}")
+    for name, path, status in [
+        (f"{rows:,} valid rows", valid, 0),
+        (f"{rows:,} rows, {broken_lines:,} broken", broken, 1),
+    ]:
+        seconds = {}
+        for line_by_line in (False, True):
+            out = folder / f"runs-{path.stem}-{line_by_line}"
+            run = cli_run(path, out, line_by_line)
+            if run.status != status:
+                raise SystemExit(f"toolgrpo validate {path.name} exited {run.status}")
+            seconds[line_by_line] = run.seconds
+        same = failures_csv(folder / f"runs-{path.stem}-False") == failures_csv(
+            folder / f"runs-{path.stem}-True"
         )
-        print(f"{'file':34} {'native':>8} {'line by line':>13} {'ratio':>6}")
-        for name, path, status in [
-            (f"{rows:,} valid rows", valid, 0),
-            (f"{rows:,} rows, {broken_lines:,} broken", broken, 1),
-        ]:
-            seconds = {}
-            for line_by_line in (False, True):
-                out = Path(folder, f"runs-{path.stem}-{line_by_line}")
-                seconds[line_by_line], exit_status = cli_run(path, out, line_by_line)
-                if exit_status != status:
-                    raise SystemExit(f"toolgrpo validate {path.name} exited {exit_status}")
-            same = failures_csv(Path(folder, f"runs-{path.stem}-False")) == failures_csv(
-                Path(folder, f"runs-{path.stem}-True")
-            )
-            if not same:
-                raise SystemExit(f"{path.name}: the two readers reported different problems")
-            print(
-                f"{name:34} {seconds[False]:7.1f}s {seconds[True]:12.1f}s "
-                f"{seconds[True] / seconds[False]:5.1f}x"
-            )
-        server = SubprocessASGIServer()  # what `prefect server start` serves, minus the UI
-        # its telemetry heartbeat races the runs' writes on sqlite ("database is locked")
-        with temporary_settings({PREFECT_SERVER_ANALYTICS_ENABLED: False}):
-            server.start()
-        try:
-            print(f"\nwith a running Prefect server ({server.api_url}), native readers:")
-            for name, path in [(small.name, small), (f"{rows:,} valid rows", valid)]:
-                out = Path(folder, f"runs-served-{path.stem}")
-                seconds, _ = cli_run(path, out, line_by_line=False, api_url=server.api_url)
-                print(f"{name:34} {seconds:7.1f}s")
-        finally:
-            server.stop()
-        print(f"\nwhere the seconds go ({rows:,} valid rows, in process, no Prefect):")
-        for stage, seconds in stage_seconds(valid).items():
-            print(f"  {stage:42} {seconds:6.2f} s")
+        if not same:
+            raise SystemExit(f"{path.name}: the two readers reported different problems")
+        print(
+            f"{name:34} {seconds[False]:7.1f}s {seconds[True]:12.1f}s "
+            f"{seconds[True] / seconds[False]:5.1f}x"
+        )
 
 
-def main(rows: int = 1_000_000, unique_solutions: bool = False, end_to_end: bool = True) -> None:
-    """Time the polars schema and the pandas one on the same ROWS rows, side by side; then (unless
-    --no-end-to-end) `toolgrpo validate` on them as a JSONL file."""
+def time_end_to_end(frames: dict[str, pl.DataFrame], folder: Path) -> None:
+    """`toolgrpo validate` on each of `frames` as JSONL, with a running server and with the
+    temporary one, side by side: seconds and peak RSS; the runs alternate between the kinds of
+    rows so that a change in the machine's load falls on both."""
+    paths = {}
+    for name, frame in frames.items():
+        paths[name] = folder / f"{name}.jsonl"
+        write_jsonl(frame, paths[name])
+    small = DATA_DIR / SHIPPED[0]
+    runs: dict[tuple[str, str], CliRun] = {}
+    with running_server() as api_url:
+        runs["running", "small"] = cli_run(small, folder / "runs-small-served", False, api_url)
+        for name, path in paths.items():
+            runs["running", name] = cli_run(path, folder / f"runs-{name}-served", False, api_url)
+    runs["temporary", "small"] = cli_run(small, folder / "runs-small", False)
+    for name, path in paths.items():
+        runs["temporary", name] = cli_run(path, folder / f"runs-{name}", False)
+    for name in paths:
+        if runs["running", name].status or runs["temporary", name].status:
+            raise SystemExit(f"toolgrpo validate failed the {name} rows, which are all valid")
+    print(
+        f"\ntoolgrpo validate, end to end, in a fresh process each; load average "
+        f"{os.getloadavg()} on {len(os.sched_getaffinity(0))} usable CPUs"
+    )
+    print(
+        "| rows | distinct prompts / solutions | running server | peak RSS | "
+        "temporary server | peak RSS |"
+    )
+    print("|---|---|---|---|---|---|")
+    rows_of = {"small": f"{small.name} ({sum(1 for _ in small.open())} rows)"}
+    for name, frame in frames.items():
+        rows_of[name] = f"{frame.height:,} {name}"
+    counts = {
+        name: f"{frame['prompt'].n_unique():,} / {frame['solution'].n_unique():,}"
+        for name, frame in frames.items()
+    }
+    for name, label in rows_of.items():
+        served, temporary = runs["running", name], runs["temporary", name]
+        print(
+            f"| {label} | {counts.get(name, '')} | {served.seconds:.1f} s | "
+            f"{served.peak_gb:.2f} GB | {temporary.seconds:.1f} s | {temporary.peak_gb:.2f} GB |"
+        )
+
+
+def main(
+    rows: int = 1_000_000,
+    unique_solutions: bool = False,
+    end_to_end: bool = True,
+    readers: bool = False,
+    schemas: bool = True,
+    drawn: Path | None = None,
+) -> None:
+    """Time the polars schema and the pandas one on the same ROWS rows, side by side (unless
+    --no-schemas); then (unless --no-end-to-end) `toolgrpo validate` on ROWS repeated and ROWS
+    distinct rows as JSONL files, side by side, and where the distinct rows' seconds go;
+    --readers: the loader's native readers against line by line; --drawn FILE.parquet keeps
+    the distinct rows there (drawn once, read back by later runs of as many rows)."""
     frame = synthetic_rows(rows, unique_solutions)
+    if schemas:
+        time_schemas(frame)
+    if not end_to_end:
+        return
+    if (
+        drawn is not None
+        and drawn.exists()
+        and pl.scan_parquet(drawn).select(pl.len()).collect().item() == rows
+    ):
+        distinct = pl.read_parquet(drawn)
+    else:
+        start = time.perf_counter()
+        distinct = distinct_rows(rows)
+        print(f"\n{rows:,} distinct rows drawn in {time.perf_counter() - start:.1f} s")
+        if drawn is not None:
+            distinct.write_parquet(drawn)
+    with tempfile.TemporaryDirectory(prefix="bench-validate-") as folder:
+        time_end_to_end({"repeated": frame, "distinct": distinct}, Path(folder))
+        print(f"\nwhere the seconds go ({rows:,} distinct rows, in process, no Prefect):")
+        for stage, seconds in stage_seconds(Path(folder, "distinct.jsonl")).items():
+            print(f"  {stage:42} {seconds:6.2f} s")
+        if readers:
+            time_readers(frame, Path(folder))
+
+
+def time_schemas(frame: pl.DataFrame) -> None:
+    """The polars schema and its pandas twin on `frame`, side by side."""
+    rows = frame.height
     pandas_frame = frame.to_pandas()
     distinct = frame["solution"].n_unique()
     print(f"{rows:,} rows, {distinct:,} distinct solutions; load average {os.getloadavg()}")
@@ -387,8 +518,6 @@ def main(rows: int = 1_000_000, unique_solutions: bool = False, end_to_end: bool
     print(f"polars  {polars_s:6.2f} s  {rows / polars_s:12,.0f} rows/s")
     print(f"pandas  {pandas_s:6.2f} s  {rows / pandas_s:12,.0f} rows/s")
     print(f"polars is {pandas_s / polars_s:.1f}x faster")
-    if end_to_end:
-        time_cli(frame)
 
 
 if __name__ == "__main__":

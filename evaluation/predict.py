@@ -35,8 +35,8 @@ from toolgrpo.schemas.predictions import probability_columns, validate_predictio
 from toolgrpo.schemas.samples import NO_CONDITION, sample_source
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import CONFIG_FILENAME, Device
-from toolgrpo.training.device import usable_cpus
 from toolgrpo.training.overrides import read_config
+from toolgrpo.validation.spread import usable_cpus
 from toolgrpo.validation.wording import thought_action_consistent
 
 # Room left above the longest labelled solution: a longer answer is a runaway, not a format.

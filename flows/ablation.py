@@ -47,8 +47,8 @@ from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import fingerprint
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import ConfigError
-from toolgrpo.training.device import usable_cpus
 from toolgrpo.training.overrides import load_preset
+from toolgrpo.validation.spread import usable_cpus
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
 

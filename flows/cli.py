@@ -241,15 +241,25 @@ def validate(
     names, keywords and params schemas the rows are checked against (default: data/tools.json).
     Exit 0: every row valid; 1: some row or file failed; 2: usage error (no files, a missing
     file or a folder, an unusable catalogue), or the report cannot be written.
-    """
-    from toolgrpo.flows.data_quality import data_quality
-    from toolgrpo.validation.gate import DataGateFailed
 
+    Prefect: without PREFECT_API_URL each call starts a temporary local server (~10 s, while
+    the files are read) and stops it at the end; runs against a server skip that and show in
+    its UI: `prefect server start` in another terminal, then
+    `PREFECT_API_URL=http://127.0.0.1:4200/api toolgrpo validate …`.
+    """
     given = [*files, *(train or []), *(eval_ or [])]
     unusable = "no files given" if not given else unusable_files([*given, overrides])
     if problem := unusable or catalogue_problem(catalogue):
         say(f"toolgrpo validate: {problem}", error=True)
         return 2
+    with temporary_server_starting() as starting:
+        from toolgrpo.flows.data_quality import data_quality
+        from toolgrpo.schemas.catalogue import catalogue_at
+        from toolgrpo.tasks.load import read_ahead
+        from toolgrpo.validation.gate import DataGateFailed
+
+        if starting:  # read the files while the server starts, not after
+            read_ahead(given, overrides, catalogue_at(catalogue))
     quiet_console()
     try:
         report = data_quality(

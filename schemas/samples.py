@@ -125,29 +125,20 @@ def _params_error(pair: dict[str, str | None], catalogue: Catalogue) -> str | No
     return catalogue.params_error(tool, json.loads(params))
 
 
-def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> pl.DataFrame:
-    """`frame` with the solution's typed parts as columns, each null unless it has its type, and
-    what `catalogue` (default: the shipped one) says of the row's tools.
+_SOLUTIONS_PER_SLICE = 100_000
 
-    `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
-    compact JSON); `plan` (a list of strings, as compact JSON); `params_error` (why the params do
-    not fit the tool's JSON Schema); `tool_known` (`tool` is a catalogue tool). Each distinct
-    solution is parsed once.
-    """
-    catalogue = catalogue or default_catalogue()
-    text = (
-        frame.select(pl.col("solution").unique(maintain_order=True))
-        .with_columns(
-            root=_json_at("solution", "$"),
-            thought=_json_at("solution", "$.thought"),
-            action=_json_at("solution", "$.action"),
-            plan=_json_at("solution", "$.plan"),
-        )
-        .with_columns(
-            action_tool=_json_at("action", "$.tool"), action_params=_json_at("action", "$.params")
-        )
+
+def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
+    """Per solution of `distinct` (its one column), the typed parts `parse_solution` adds."""
+    text = distinct.with_columns(
+        root=_json_at("solution", "$"),
+        thought=_json_at("solution", "$.thought"),
+        action=_json_at("solution", "$.action"),
+        plan=_json_at("solution", "$.plan"),
+    ).with_columns(
+        action_tool=_json_at("action", "$.tool"), action_params=_json_at("action", "$.params")
     )
-    parts = text.select(
+    return text.select(
         "solution",
         solution_is_object=pl.col("root").str.starts_with("{").fill_null(False),
         thought=pl.when(_is_json_string("root", "thought", "thought")).then("thought"),
@@ -161,6 +152,29 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
             & ~_is_json_string("root", "plan", "plan")
         ).then("plan"),
     )
+
+
+def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> pl.DataFrame:
+    """`frame` with the solution's typed parts as columns, each null unless it has its type, and
+    what `catalogue` (default: the shipped one) says of the row's tools.
+
+    `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
+    compact JSON); `plan` (a list of strings, as compact JSON); `params_error` (why the params do
+    not fit the tool's JSON Schema); `tool_known` (`tool` is a catalogue tool). Each distinct
+    solution is parsed once.
+    """
+    catalogue = catalogue or default_catalogue()
+    distinct = frame.select(pl.col("solution").unique(maintain_order=True))
+    # a slice at a time: the re-encoded JSON (`_solution_parts`) of a million distinct
+    # solutions at once took ~0.6 GB more than the frame itself
+    parts = (
+        pl.concat(
+            [_solution_parts(chunk) for chunk in distinct.iter_slices(_SOLUTIONS_PER_SLICE)],
+            how="vertical",
+        )
+        if distinct.height
+        else _solution_parts(distinct)
+    )
     # Many solutions share an action: validate each distinct (tool, params) pair once.
     actions = (
         parts.select("action_tool", "action_params")
@@ -172,7 +186,10 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
         )
     )
     parts = parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
-    parsed = frame.join(parts, on="solution", how="left", maintain_order="left")
+    # looked up by the key column alone, then set beside the frame's own columns (a join of the
+    # whole frame would copy every column of every row)
+    found = frame.select("solution").join(parts, on="solution", how="left", maintain_order="left")
+    parsed = frame.hstack(found.drop("solution").get_columns())
     return parsed.with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
 
 

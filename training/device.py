@@ -12,11 +12,11 @@ trained (what evaluation follows).
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from toolgrpo.training.config import ConfigError, RuntimeSection, TrainConfig, accelerate_engine
+from toolgrpo.validation.spread import usable_cpus
 
 
 class Placement(NamedTuple):
@@ -24,15 +24,6 @@ class Placement(NamedTuple):
 
     config: TrainConfig
     note: str | None
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity: a container's or a scheduler's share, not
-    the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on macOS or Windows
-        return os.cpu_count() or 1
 
 
 def stage_threads(runtime: RuntimeSection) -> int:

@@ -280,6 +280,8 @@ def _decoded(
         read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
         if read.height == rows.height:
             return read.with_row_index("line", offset=1)
+        if "text" not in rows.columns:  # dropped to save memory: every line is a row
+            rows = rows.with_columns(pl.read_lines(data, name="text").to_series())
     return (
         rows.lazy()  # split over the cores, as in `_read_jsonl_natively`
         .select(
@@ -303,25 +305,29 @@ def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Row
     except pl.exceptions.ComputeError:  # some byte is not UTF-8: its line is not plain
         lines = pl.read_lines(data.decode("utf-8", "replace").encode(), name="text")
     # lazily: the engine splits the regexes over the cores, an eager call runs on one
-    rows = (
-        lines.lazy()
-        .with_row_index("line", offset=1)
-        .filter(~pl.col("text").str.contains(f"^[{_BLANK}]*$"))
-        .with_columns(canonical=pl.col("text").str.contains(_CANONICAL_ROW))
-        .collect()
-    )
+    blank = pl.col("text").str.contains(f"^[{_BLANK}]*$")
+    numbered = lines.lazy().with_row_index("line", offset=1)
+    if lines.lazy().select(blank.any()).collect().item():  # else a filter copies every line
+        numbered = numbered.filter(~blank)
+    rows = numbered.with_columns(canonical=pl.col("text").str.contains(_CANONICAL_ROW)).collect()
+    every_line_a_row = rows.height == lines.height
+    del lines  # a second copy of the file's text: gone before the rows are decoded
     canonical = rows["canonical"]
     others = rows.filter(~canonical)  # polars checks these more slowly, pydantic reads the rest
     plain_others = others.lazy().filter(_plain_row(pl.col("text"))).collect()
     plain = canonical | rows["line"].is_in(plain_others["line"])
+    if every_line_a_row and plain.all():  # the file's bytes go whole to the NDJSON reader
+        rows = rows.select("line")
     try:
-        decoded = _decoded(data, rows, plain, every_line_a_row=rows.height == lines.height)
+        decoded = _decoded(data, rows, plain, every_line_a_row=every_line_a_row)
     except pl.exceptions.ComputeError:  # polars disagrees with the plain-row rule: trust pydantic
         return pl.DataFrame(schema=FRAME_SCHEMA), rows.height, _read_jsonl(path, file)
     native = plain & decoded.select(pl.all_horizontal(pl.col(_REQUIRED).is_not_null())).to_series()
     by_pydantic = set(rows.filter(~native)["line"])
     reader = _read_jsonl(path, file, by_pydantic) if by_pydantic else iter(())
-    return _with_location(decoded.filter(native), file), rows.height, reader
+    if not native.all():  # else a filter copies every row
+        decoded = decoded.filter(native)
+    return _with_location(decoded, file), rows.height, reader
 
 
 def _read_parquet_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:

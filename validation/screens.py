@@ -6,11 +6,14 @@ rule passes; where polars cannot read a row as Python does (below), the row goes
 
 from __future__ import annotations
 
+import re
 from functools import cache
+from typing import Any
 
 import polars as pl
 
 from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.figures import AMOUNT, Amount, amounts_in
 from toolgrpo.schemas.samples import (
     MAX_SOLUTION_CHARS,
     PREVIOUS_STEP_LINE,
@@ -25,6 +28,7 @@ from toolgrpo.validation.label_rules import (
     params_match_request,
     request_names,
 )
+from toolgrpo.validation.spread import Spread
 from toolgrpo.validation.stated_values import param_readings
 from toolgrpo.validation.wording import (
     tool_keywords,
@@ -91,7 +95,23 @@ def _may_name_another_tool(text: pl.Expr, tool: pl.Expr, catalogue: Catalogue) -
     )
 
 
-def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue) -> pl.Expr:
+def _contradicts(wording: str, tool: str, catalogue: Catalogue) -> bool:
+    """Whether `wording`, read as a thought, contradicts `tool` (`consistent_thought`)."""
+    return not consistent_thought(wording, tool, catalogue)
+
+
+def _names(wording: str, catalogue: Catalogue) -> list[str]:
+    """The tools `wording`, read as a request, names (`request_names`), sorted."""
+    return sorted(request_names(wording, catalogue))
+
+
+def _figures_hold(request: str, balance_seen: str | None, quote_seen: str | None) -> bool | None:
+    """Whether the figures meet the request's condition (`figures_verdict`); None: unread."""
+    verdict = figures_verdict(request, balance_seen, quote_seen)
+    return None if verdict is None else verdict.holds
+
+
+def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: Spread) -> pl.Expr:
     """Whether column `text`, read as a thought, could contradict the row's tool:
     `consistent_thought` judges the texts that may name another tool, each distinct
     (digit-zeroed text, tool) pair once (zeroing digits changes no keyword hit, folded letter,
@@ -110,18 +130,16 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue) -> pl.Ex
         .filter(_may_name_another_tool(pl.col("wording"), tool, catalogue))
     )
     judged = pairs.select("wording", "tool").unique()
-    judged = judged.filter(
-        pl.Series(
-            [not consistent_thought(w, t, catalogue) for w, t in judged.iter_rows()],
-            dtype=pl.Boolean,
-        )
-    )
+    contradicts = spread.map(_contradicts, list(judged.iter_rows()), catalogue)
+    judged = judged.filter(pl.Series(contradicts, dtype=pl.Boolean))
     contradicted = pairs.join(judged, on=["wording", "tool"], how="semi").select(text, "tool")
     rows = frame.join(contradicted, on=[text, "tool"], how="semi").get_column(ROW)
     return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(rows.implode())
 
 
-def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
+def _unnamed_last_steps(
+    frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue, spread: Spread
+) -> pl.Expr:
     """Whether `step_named_by_request` could flag the row: a last step it reads whose tool its
     request does not name while exactly one tool the request names is not in its history
     (`request_names`, each distinct digit-zeroed request judged once); rows whose history
@@ -140,7 +158,7 @@ def _unnamed_last_steps(frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Cat
         .select(ROW, "tool", wording=_wording(pl.col("request"), catalogue))
     )
     requests = rows.select("wording").unique()
-    named = [sorted(request_names(wording, catalogue)) for wording in requests["wording"]]
+    named = spread.map(_names, list(requests.iter_rows()), catalogue)
     requests = requests.with_columns(named=pl.Series(named, dtype=pl.List(pl.String)))
     done = (
         lines.filter(pl.col("recorded_tool").is_not_null())
@@ -182,6 +200,7 @@ def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
             unsure=pl.col("unsure")
             | (pl.col("line").is_not_null() & pl.col("recorded_step").is_null())
         )
+        .drop("line", "recorded")  # copies of the history's text, read
         # a step number listed twice is its last line, as in `split_prompt`'s dict
         .unique([ROW, "recorded_step"], keep="last", maintain_order=True)
     )
@@ -195,7 +214,8 @@ def _history_screens(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     # each step's distinct labels once: a scenario id shared by many rows must not make the join
     # quadratic (1M rows repeating 1,277 rows' ids asked for >23 GB)
     labelled = frame.select("scenario_id", recorded_step="step", labelled_tool="tool").unique()
-    contradicted = lines.join(labelled, on=["scenario_id", "recorded_step"]).filter(
+    recorded = lines.select("scenario_id", "recorded_step", "recorded_tool")
+    contradicted = recorded.join(labelled, on=["scenario_id", "recorded_step"]).filter(
         pl.col("labelled_tool") != pl.col("recorded_tool")
     )
     unsure = lines.filter("unsure")
@@ -218,26 +238,169 @@ def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
     )
 
 
-def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
-    """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
-    (`figures_verdict` of its request and latest balance, quote and observation, each
-    distinct combination judged once) point at the branch it does not take, or whose history
-    polars may read otherwise."""
-    figures = ("request", "check_balance", "get_quote", "latest")
-    conditional = frame.filter(pl.col("branch").is_not_null()).select(ROW, "request", "branch")
-    for tool in figures[1:3]:
-        conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
-    # the latest step's observation, which `figures_verdict` reads without a balance or quote
-    latest = lines.group_by(ROW).agg(latest=pl.col("observation").sort_by("recorded_step").last())
-    conditional = conditional.join(latest, on=ROW, how="left").with_columns(
-        latest=pl.when(pl.col("check_balance").is_null() & pl.col("get_quote").is_null()).then(
-            "latest"
-        )
+# The digits of a figure polars reads as Python does: plain ASCII digits, this many at most
+# before and after the point, convert to the same float in both (each correctly rounded); any
+# other figure goes to `figures_verdict`.
+_MAX_FIGURE_DIGITS = 15
+_NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
+# Where a shape's amount is (`_figure_at`) and, for a request, its sole amount and price limit.
+_AMOUNT_FIELDS = {"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64}
+_REQUEST_FIELDS = {
+    "asked": pl.Int64,
+    **{f"asked_{name}": dtype for name, dtype in _AMOUNT_FIELDS.items()},
+    **{f"limit_{name}": dtype for name, dtype in _AMOUNT_FIELDS.items()},
+    "below": pl.Boolean,
+}
+
+
+def _figure_at(match: re.Match[str]) -> tuple[int, int, float | None]:
+    """Where an `AMOUNT` match's number (with its fraction) starts and ends, and its scale:
+    `amount_of` reads the value as that text's float times the scale (None: a scale that does
+    not read alone; the figure then goes to `figures_verdict`)."""
+    end = match.end("fraction") if match["fraction"] else match.end("number")
+    scaled = amounts_in(f"1{match['scale']}") if match["scale"] else [Amount("1", 1.0)]
+    return match.start("number"), end, scaled[0].value if len(scaled) == 1 else None
+
+
+def _sole_figure(shape: str) -> tuple[int | None, int | None, float | None]:
+    """`_figure_at` of the one amount `shape` states, as `_sole_amount` reads an observation."""
+    matches = list(AMOUNT.finditer(shape))
+    return _figure_at(matches[0]) if len(matches) == 1 else (None, None, None)
+
+
+def _request_figures(shape: str) -> tuple[Any, ...]:
+    """What `figures_verdict` reads from a request of this shape (digits zeroed: which texts
+    are amounts, and which is a price limit, never depends on the digits' values): how many
+    amounts, the sole one's place, and the price limit's place and direction. The limit is
+    found by asking `figures_verdict` itself: with amount i made non-zero and a quote of 0, it
+    compares the quote with a non-zero limit only where amount i is the limit, and the
+    condition holds only when it wants the price below."""
+    matches = list(AMOUNT.finditer(shape))
+    asked = _figure_at(matches[0]) if len(matches) == 1 else (None, None, None)
+    limit: tuple[Any, ...] = (None, None, None, None)
+    # every amount reads 0, each digit staying ASCII or not (the regexes tell them apart)
+    zeros = _NON_ASCII_DIGIT.sub("\u0660", shape)
+    for match in matches:
+        first = match.start("number")
+        one = "1" if zeros[first] == "0" else "\u0661"
+        verdict = figures_verdict(f"{zeros[:first]}{one}{zeros[first + 1 :]}", None, "0")
+        if verdict is not None and verdict.compared[1] != 0:
+            limit = (*_figure_at(match), verdict.holds)
+            break
+    return len(matches), *asked, *limit
+
+
+def _shapes(column: pl.Expr) -> pl.Expr:
+    """`column` with its ASCII digits zeroed: texts of one shape have their amounts in the
+    same places."""
+    return column.str.replace_all("[1-9]", "0")
+
+
+def _figure_values(frame: pl.DataFrame, text: str, place: str) -> pl.Expr:
+    """The value `amount_of` reads from column `text` at the place `{place}_start`, …, or null
+    where polars might read it otherwise than Python (not plain digits, too many)."""
+    start = pl.col(f"{place}_start")
+    digits = pl.col(text).str.slice(start, pl.col(f"{place}_end") - start).str.replace_all(",", "")
+    most = _MAX_FIGURE_DIGITS
+    plain = digits.str.contains(f"^[0-9]{{1,{most}}}(?:\\.[0-9]{{1,{most}}})?$")
+    value = digits.cast(pl.Float64, strict=False) * pl.col(f"{place}_scale")
+    return pl.when(plain).then(value)
+
+
+def _with_shape_info(
+    frame: pl.DataFrame,
+    text: str,
+    fields: dict[str, Any],
+    read: Any,
+    spread: Spread,
+    prefix: str = "",
+) -> pl.DataFrame:
+    """`frame` with, per row, what `read` (in Python, by `spread`, each distinct shape of
+    column `text` once) says of its shape, as columns `fields` (named with `prefix`)."""
+    shapes = frame.select(shape=_shapes(pl.col(text))).unique().drop_nulls()
+    info = pl.DataFrame(
+        spread.map(read, list(shapes.iter_rows())),
+        schema={f"{prefix}{name}": dtype for name, dtype in fields.items()},
+        orient="row",
     )
-    triples = conditional.select(figures).unique()
-    verdicts = [figures_verdict(*triple) for triple in triples.iter_rows()]
-    holds = pl.Series("holds", [v.holds if v else None for v in verdicts], dtype=pl.Boolean)
-    judged = conditional.join(triples.with_columns(holds), on=figures, nulls_equal=True)
+    shapes = pl.concat([shapes, info], how="horizontal")
+    return (
+        frame.with_columns(shape=_shapes(pl.col(text)))
+        .join(shapes, on="shape", how="left", maintain_order="left")
+        .drop("shape")
+    )
+
+
+def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
+    """`conditional` (a request, the latest balance and quote seen) with `holds`:
+    `figures_verdict(...).holds` (null: no verdict), read by polars from each text's shape
+    (`_request_figures`, `_sole_figure`), and by `figures_verdict` where polars might read a
+    figure otherwise."""
+    frame = _with_shape_info(conditional, "request", _REQUEST_FIELDS, _request_figures, spread)
+    for tool, name in (("check_balance", "balance"), ("get_quote", "price")):
+        frame = _with_shape_info(frame, tool, _AMOUNT_FIELDS, _sole_figure, spread, f"{name}_")
+    values = {
+        place: _figure_values(frame, text, place)
+        for text, place in [
+            ("request", "asked"),
+            ("request", "limit"),
+            ("check_balance", "balance"),
+            ("get_quote", "price"),
+        ]
+    }
+    frame = frame.with_columns(**{f"{place}_value": value for place, value in values.items()})
+    balance, price, asked, limit = (
+        pl.col(f"{place}_value") for place in ("balance", "price", "asked", "limit")
+    )
+    has_balance, has_price = (
+        pl.col("balance_start").is_not_null(),
+        pl.col("price_start").is_not_null(),
+    )
+    one_asked = pl.col("asked") == 1
+    has_limit = pl.col("limit_start").is_not_null()
+    holds = (
+        pl.when(has_balance & has_price & one_asked)
+        .then(balance >= asked * price)
+        .when(has_balance & ~has_price & one_asked)
+        .then(balance >= asked)
+        .when(has_price & ~has_balance & has_limit)
+        .then(pl.when(pl.col("below")).then(price < limit).otherwise(price > limit))
+    )
+    # every figure the case reads is one polars read
+    read = (
+        pl.when(has_balance & one_asked)
+        .then(balance.is_not_null() & asked.is_not_null() & (price.is_not_null() | ~has_price))
+        .when(has_price & ~has_balance & has_limit)
+        .then(price.is_not_null() & limit.is_not_null())
+        .otherwise(True)
+    )
+    frame = frame.with_columns(holds=holds, read=read)
+    figures = ["request", "check_balance", "get_quote"]
+    unread = frame.filter(~pl.col("read")).select(figures).unique()
+    answers = spread.map(_figures_hold, list(unread.iter_rows()))
+    unread = unread.with_columns(python=pl.Series(answers, dtype=pl.Boolean))
+    frame = frame.join(unread, on=figures, how="left", nulls_equal=True, maintain_order="left")
+    return frame.with_columns(
+        holds=pl.when(pl.col("read")).then(pl.col("holds")).otherwise(pl.col("python"))
+    )
+
+
+def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame, spread: Spread) -> pl.Expr:
+    """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
+    (`figures_verdict` of its request and latest balance and quote — without either, the latest
+    step's observation, read as a quote — read in polars by `_figures_holding`) point at the branch
+    it does not take, or whose history polars may read otherwise."""
+    conditional = frame.filter(pl.col("branch").is_not_null()).select(ROW, "request", "branch")
+    for tool in ("check_balance", "get_quote"):
+        conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
+    latest = lines.group_by(ROW).agg(latest=pl.col("observation").sort_by("recorded_step").last())
+    neither = pl.col("check_balance").is_null() & pl.col("get_quote").is_null()
+    conditional = (
+        conditional.join(latest, on=ROW, how="left")
+        .with_columns(get_quote=pl.when(neither).then(pl.col("latest")).otherwise("get_quote"))
+        .drop("latest")
+    )
+    judged = _figures_holding(conditional, spread)
     replies = pl.col("branch") == "condition_fails"
     suspects = pl.concat(
         [
@@ -248,7 +411,14 @@ def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.Expr:
     return pl.col("branch").is_not_null() & pl.col(ROW).is_in(suspects.to_series().implode())
 
 
-def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
+def _params_flagged(prompt: str, solution: str, tool: str, catalogue: Catalogue) -> bool:
+    """Whether `params_match_request` flags a row of this prompt, solution and tool."""
+    fixed = {"id": "", "file": "", "line": 0, "scenario_id": "", "step": 1, "branch": None}
+    row = fixed | {"prompt": prompt, "solution": solution, "tool": tool}
+    return params_match_request(Label.of(row), {}, catalogue) is not None
+
+
+def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spread) -> pl.Expr:
     """Whether `params_match_request` flags the row: the rule judges each distinct (prompt,
     solution, tool) of a tool with a param it can check once (it reads nothing else)."""
     checked = [
@@ -258,19 +428,19 @@ def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue) -> pl.Expr:
     ]
     keys = ["prompt", "solution", "tool"]
     distinct = frame.filter(pl.col("tool").is_in(checked)).select(keys).unique()
-    fixed = {"id": "", "file": "", "line": 0, "scenario_id": "", "step": 1, "branch": None}
-    labels = (Label.of(fixed | row) for row in distinct.iter_rows(named=True))
-    flagged = pl.Series(
-        [params_match_request(label, {}, catalogue) is not None for label in labels],
-        dtype=pl.Boolean,
-    )
+    judged = spread.map(_params_flagged, list(distinct.iter_rows()), catalogue)
+    flagged = pl.Series(judged, dtype=pl.Boolean)
     rows = frame.join(distinct.filter(flagged), on=keys, how="semi").get_column(ROW)
     return pl.col(ROW).is_in(rows.implode())
 
 
-def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
+def screens(
+    frame: pl.DataFrame, catalogue: Catalogue, spread: Spread | None = None
+) -> pl.DataFrame:
     """`frame` with a column per rule (its name): whether the rule could flag the row, and
-    `NEEDED`: whether the rules read the row at all."""
+    `NEEDED`: whether the rules read the row at all; the texts the screens judge in Python
+    judged by `spread`'s workers (default: in this process)."""
+    spread = spread or Spread(1)
     parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
     solution = pl.col("solution")
     # each distinct solution parsed once, as `schemas.samples.parse_solution` does
@@ -282,16 +452,19 @@ def screens(frame: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
             first_planned=solution.str.json_path_match("$.plan[0]"),
         )
     )
-    frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1")).join(
+    frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
+    # looked up by the key alone and set beside the frame (joining it would copy every column)
+    found = frame.select("solution").join(
         solutions, on="solution", how="left", maintain_order="left"
     )
+    frame = frame.hstack(found.drop("solution").get_columns())
     lines = _history_lines(frame)
     frame = _history_screens(frame, lines).with_columns(
-        thought_announces_action=_inconsistent(frame, "thought", catalogue),
-        plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue),
-        step_named_by_request=_unnamed_last_steps(frame, lines, catalogue),
-        branch_matches_figures=_contradicted_branches(frame, lines),
-        params_match_request=_contradicted_params(frame, catalogue),
+        thought_announces_action=_inconsistent(frame, "thought", catalogue, spread),
+        plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue, spread),
+        step_named_by_request=_unnamed_last_steps(frame, lines, catalogue, spread),
+        branch_matches_figures=_contradicted_branches(frame, lines, spread),
+        params_match_request=_contradicted_params(frame, catalogue, spread),
     )
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))

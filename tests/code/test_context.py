@@ -4,6 +4,7 @@ breaks it (located by file:line, with the evidence), in the gate as warnings."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
 from toolgrpo.schemas.figures import Amount, amounts_in
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.validation import context, spread
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.label_rules import (
     BRANCH_MATCHES_FIGURES,
     PARAMS_MATCH_REQUEST,
     PLAN_STARTS_WITH_ACTION,
+    RULES,
     STEP_MATCHES_HISTORY,
     STEP_NAMED_BY_REQUEST,
     STEP_NOT_REPEATED,
@@ -498,3 +501,89 @@ def test_the_screens_keep_every_finding_of_every_rule_on_every_row(tmp_path):
     }
     branches = {found.id for found in screened if found.check == BRANCH_MATCHES_FIGURES}
     assert {"latest balance-3", "listed twice-2", "branch digit-2"} <= branches
+
+
+def test_findings_judged_on_worker_processes_are_those_of_every_rule_on_every_row(
+    tmp_path, monkeypatch
+):
+    """The screens' texts and the rules' scenarios spread over two worker processes, however
+    few (the thresholds lowered to one), give the findings of every rule on every row, in the
+    same order."""
+    monkeypatch.setattr(spread, "MIN_ITEMS_PER_WORKER", 1)
+    monkeypatch.setattr(context, "MIN_ROWS_FOR_CHUNKS", 1)
+    shipped = load_samples.fn(sorted(DATA_DIR.glob("*/*.jsonl"))).frame
+    rows = one_broken_row_per_rule()
+    copies = [{**row, "id": f"{row['id']}#{copy}"} for copy in range(3) for row in rows]
+    frame = pl.concat([shipped, loaded_rows(tmp_path, *copies)])
+    reference = label_inconsistencies(frame, screen=False, workers=1)
+    assert label_inconsistencies(frame, workers=2) == reference
+    assert label_inconsistencies(frame, screen=False, workers=2) == reference
+    assert len({found.check for found in reference}) == len(RULES)  # every rule found one
+
+
+def test_workers_follow_the_cpus_this_process_may_use():
+    assert spread.Spread().workers == len(os.sched_getaffinity(0))
+    assert spread.Spread(1).workers == 1
+
+
+def _judged_where(number: int, offset: int) -> tuple[int, int]:
+    return number + offset, os.getpid()
+
+
+def test_a_spread_call_answers_in_order_from_worker_processes():
+    answers = spread.Spread(2).map(_judged_where, [(n,) for n in range(10)], 100, per_worker=1)
+    assert [answer for answer, _ in answers] == list(range(100, 110))
+    assert os.getpid() not in {pid for _, pid in answers}
+    assert spread.Spread(1).map(_judged_where, [(1,)], 0) == [(1, os.getpid())]
+
+
+def _figure(rng: random.Random, odd: bool = True) -> str:
+    """An amount as people, or (`odd`) a careless file, might write it."""
+    plain = (["0", "5", "237", "1,000", "99,999", "13.5", "562.54"], ["", "$", "¥ ", "x"])
+    numbers, before = plain
+    scales, units = ["", "万", " 万", "k", "K", "千"], ["", "元", " rupees", "块"]
+    if odd:
+        numbers, before = (
+            [*numbers, "١٥٠", "1" * 20],
+            [*before, "ACC", ".", ",", "\u212a", "\u3000"],
+        )
+        scales, units = [*scales, "\u00a0万", "\u212a", "kg"], [*units, "rupeesx"]
+    return "".join(rng.choice(part) for part in (before, numbers, scales, units))
+
+
+def test_figures_read_in_polars_flag_what_the_rule_flags(tmp_path):
+    """Conditional steps with figures in every form the amount parser reads, and forms it reads
+    in ways polars does not (non-ASCII digits, 20 digits, the Kelvin sign): the figures screen
+    (amounts placed in Python once per digit-zeroed shape, their values read in polars) lets
+    through every row the rule flags."""
+    rng = random.Random(45)
+    words = ["below", "above", "beats", "跌破", "高于", "比", "cheaper than", "buy", ""]
+    rows = []
+    for number in range(400):
+        parts = [f"{rng.choice(words)} {_figure(rng)}{rng.choice(['', '便宜', '以上'])}"]
+        request = " ".join(parts * rng.randint(1, 2)) if rng.random() < 0.3 else parts[0]
+        seen = [_figure(rng, odd=rng.random() < 0.1) for _ in range(2)]
+        history = [f"check_balance → balance {seen[0]}", f"get_quote → NIO at {seen[1]}"]
+        history = history[rng.randrange(3) :] or [f"get_quote → KO at {seen[1]}"]
+        label, condition = (REPLY, "fails") if rng.random() < 0.5 else (SELL, "holds")
+        row = _row(len(history) + 1, label, history, n_steps=len(history) + 1)
+        row["prompt"] = request + row["prompt"][len(REQUEST) :]
+        rows.append(
+            {**row, "condition": condition, "scenario_id": f"f{number}", "id": f"f{number}"}
+        )
+    # a balance exactly covering the amount, or the cost: the condition holds
+    exact = [
+        ("Transfer 10万 if ACC001 covers it.", ["check_balance → balance 100,000"]),
+        (
+            "Buy 4 NIO if it's enough.",
+            ["check_balance → balance 50.5", "get_quote → NIO at 12.625"],
+        ),
+    ]
+    for number, (request, history) in enumerate(exact):
+        row = _row(len(history) + 1, REPLY, history, n_steps=len(history) + 1)
+        row["prompt"] = request + row["prompt"][len(REQUEST) :]
+        rows.append({**row, "condition": "fails", "scenario_id": f"e{number}", "id": f"e{number}"})
+    frame = loaded_rows(tmp_path, *rows)
+    screened = label_inconsistencies(frame)
+    assert screened == label_inconsistencies(frame, screen=False)
+    assert sum(found.check == BRANCH_MATCHES_FIGURES for found in screened) > 30

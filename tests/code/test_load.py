@@ -15,7 +15,7 @@ import pytest
 from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.numeracy import EXERCISES_FILE
-from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.load import load_samples, read_ahead
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.validate import validate_samples, write_training_rows
 from toolgrpo.validation import loader
@@ -281,6 +281,25 @@ NOT_PLAIN_LINES = [
     row_bytes(id="raw-tab", prompt="a\tb").replace(b"\\t", b"\t"),
 ]
 BLANK_LINES = [b"", b"   ", b"\x0b\x0c\r"]
+
+
+def test_rows_read_ahead_are_the_next_loads_when_the_files_are_unchanged(tmp_path):
+    """`toolgrpo validate` reads the files while the temporary server starts: the flow's load
+    takes those rows (once), and reads again when anything differs."""
+    path = write_lines(tmp_path / "rows.jsonl", GOOD)
+    read_ahead([path])
+    ahead = load_samples.fn([path])
+    assert ahead.frame["id"].to_list() == [SINGLE["id"]]
+    assert load_samples.fn([path]) is not ahead  # taken once
+    read_ahead([path])
+    assert load_samples.fn([path, path]).rows_read == 2  # other arguments: read again
+
+
+def test_a_file_rewritten_after_the_read_ahead_is_read_again(tmp_path):
+    path = write_lines(tmp_path / "rows.jsonl", GOOD)
+    read_ahead([path])
+    write_lines(path, GOOD, row_bytes())
+    assert load_samples.fn([path]).frame["id"].to_list() == [SINGLE["id"], "second"]
 
 
 def test_only_plain_lines_are_read_by_polars(tmp_path):
