@@ -122,7 +122,7 @@ def test_report_html_shows_ids_and_file_names_as_text(hostile_run):
     _, html, _ = hostile_run
     assert live_tags(html) == []
     assert "eval-s-0009&lt;img src=x onerror=alert(2)&gt;" in html
-    assert "&lt;svg onload=alert(3)&gt;.jsonl" in html
+    assert "data/&lt;svg onload=alert(3)&gt;" in html  # a row file, named by folder and stem
 
 
 def test_report_html_embeds_only_the_runs_own_plots(hostile_run):
