@@ -17,6 +17,7 @@ flagged as a label issue, and each false alarm with its evidence:
 
     python bench/mine.py planted [--preset cpu] [--set FIELD=VALUE]… [--audit-folds K]
     python bench/mine.py planted --run RUN_DIR   # re-mine a planted run's predictions, no training
+    python bench/mine.py planted --domain smart-home   # the second domain's rows and catalogue
 
 `context` scores the context checks alone (no model, seconds): the same kinds planted in the
 shipped training rows and in a second domain's (a smart-home catalogue and rows,
@@ -69,6 +70,7 @@ from toolgrpo.mining.categorise import LABEL_ISSUES
 from toolgrpo.mining.confident import ranked_label_issues
 from toolgrpo.mining.report import MiningReport, mine_errors
 from toolgrpo.schemas.catalogue import default_catalogue, load_catalogue
+from toolgrpo.schemas.samples import normalise_prompt
 from toolgrpo.validation.loader import load_samples
 
 app = cyclopts.App(help=__doc__)
@@ -242,27 +244,74 @@ def write_planted_copy(folder: Path, seed: int) -> tuple[list[Path], dict[str, s
     return copies, key
 
 
-def _remined(run_dir: Path, train_files: list[Path]) -> tuple[MiningReport, set[str]]:
+HOME_CATALOGUE, HOME_EVAL = "tools.json", "eval"
+EVAL_DRAW = 1000  # the smart-home eval rows: drawn with the seed + this, ids prefixed `eval-`
+
+
+def write_planted_home(folder: Path, seed: int) -> tuple[list[Path], dict[str, str]]:
+    """The smart-home domain as a team would bring it (`bench.domains.smart_home`): its training
+    rows with its kinds of mistakes planted, held-out rows of other draws (`eval/`) and its
+    catalogue (`tools.json`), written to `folder` with the answer key."""
+    (folder / HOME_EVAL).mkdir(parents=True, exist_ok=True)
+    smart_home.write_catalogue(folder / HOME_CATALOGUE)
+    home = smart_home.catalogue()
+    rows, key = planting.plant_mistakes(
+        smart_home.rows(seed), smart_home.kinds(home), ROWS_PER_KIND, seed
+    )
+    seen = {normalise_prompt(row["prompt"]) for row in rows}
+    drawn = smart_home.rows(seed + EVAL_DRAW, singles=120, multis=80)
+    repeated = {row["scenario_id"] for row in drawn if normalise_prompt(row["prompt"]) in seen}
+    held_out = [  # split by scenario, as the gate checks: no prompt seen in training
+        {**row, "id": f"eval-{row['id']}", "scenario_id": f"eval-{row['scenario_id']}"}
+        for row in drawn
+        if row["scenario_id"] not in repeated
+    ]
+    for path, lines in (
+        (folder / "train.jsonl", rows),
+        (folder / HOME_EVAL / "home.jsonl", held_out),
+    ):
+        lines = [{k: v for k, v in row.items() if v is not None} for row in lines]
+        path.write_text("".join(json.dumps(row) + "\n" for row in lines))
+    (folder / ANSWER_KEY).write_text(json.dumps(key, indent=2) + "\n")
+    return [folder / "train.jsonl"], key
+
+
+def _domain_files(folder: Path, domain: str) -> tuple[list[Path], list[Path], Path | None]:
+    """A planted folder's training files, eval files and catalogue (None: the shipped one)."""
+    if domain == "smart-home":
+        return (
+            [folder / "train.jsonl"],
+            [folder / HOME_EVAL / "home.jsonl"],
+            folder / HOME_CATALOGUE,
+        )
+    return sorted(folder.glob("*.jsonl")), sorted((DATA_DIR / "eval").glob("*.jsonl")), None
+
+
+def _remined(
+    run_dir: Path, train_files: list[Path], eval_files: list[Path], catalogue: Path | None
+) -> tuple[MiningReport, set[str]]:
     """A planted run's saved predictions mined again with the current miner, and the training
     rows cleanlab flags on the in-sample audit (the comparison the cross-fitted audit answers)."""
-    eval_files = sorted((DATA_DIR / "eval").glob("*.jsonl"))
-    labels = load_samples([*train_files, *eval_files]).frame
+    tools = load_catalogue(catalogue) if catalogue else default_catalogue()
+    labels = load_samples([*train_files, *eval_files], None, tools).frame
     audit_path, cross_fitted_path = run_dir / "eval_train", run_dir / "audit"
     audit = pl.read_parquet(audit_path / "predictions.parquet")
     cross_fitted_file = cross_fitted_path / "predictions.parquet"
     cross_fitted = pl.read_parquet(cross_fitted_file) if cross_fitted_file.is_file() else None
     predictions = pl.read_parquet(run_dir / "eval_grpo" / "predictions.parquet")
-    report = mine_errors(predictions, audit, None, cross_fitted, labels)
-    return report, set(ranked_label_issues(audit, load_catalogue()))
+    report = mine_errors(predictions, audit, tools, cross_fitted, labels)
+    return report, set(ranked_label_issues(audit, tools))
 
 
 def print_planted_scores(
-    report: MiningReport, key: dict[str, str], in_sample_cleanlab: set[str]
+    report: MiningReport, key: dict[str, str], in_sample_cleanlab: set[str], domain: str
 ) -> None:
     """Recall per kind, precision over the flagged training rows, the false alarms."""
     flagged = {f.id: f for f in report.findings if f.category in LABEL_ISSUES}
-    wording = _shipped_wording_ids()
-    kinds = {WORDING: wording} | {kind: {i for i, k in key.items() if k == kind} for kind in KINDS}
+    wording = _shipped_wording_ids() if domain == "finance" else set()
+    kinds = {kind: {i for i, k in key.items() if k == kind} for kind in dict.fromkeys(key.values())}
+    if wording:
+        kinds = {WORDING: wording} | kinds
     out_of_sample = (
         set(report.label_issues.get("train", [])) if report.label_issues_out_of_sample else set()
     )
@@ -302,33 +351,40 @@ def planted(
     seed: int = 0,
     out: Path | None = None,
     run: Path | None = None,
+    domain: str = "finance",
 ) -> None:
     """Plant the mistakes of `KINDS` in a copy of the training files (in OUT, default a new
     temporary folder), run the main job on it and score the miner; with RUN (an earlier
-    planted run's folder), re-mine its saved predictions instead of training."""
+    planted run's folder), re-mine its saved predictions instead of training. DOMAIN
+    `smart-home`: the second domain's rows, eval rows and catalogue instead
+    (`write_planted_home`), with its kinds of mistakes."""
     from toolgrpo.flows.retrain import RetrainOverrides, retrain
 
     if run is not None:
         folder = run.parent.parent
         key = json.loads((folder / ANSWER_KEY).read_text())
-        train_files = sorted(folder.glob("*.jsonl"))
+        train_files, eval_files, catalogue = _domain_files(folder, domain)
     else:
         folder = out or Path(tempfile.mkdtemp(prefix="toolgrpo-planted-"))
-        train_files, key = write_planted_copy(folder, seed)
+        write = write_planted_home if domain == "smart-home" else write_planted_copy
+        _, key = write(folder, seed)
+        train_files, eval_files, catalogue = _domain_files(folder, domain)
         print(f"planted {len(key)} rows in {folder}; running the main job on them")
         started = time.perf_counter()
+        own_domain = {"eval_files": eval_files, "catalogue": catalogue, "label_overrides": None}
         summary = retrain(
             preset=preset,
             train_files=train_files,
             out=folder / "runs",
             config=RetrainOverrides.from_dotted(config_overrides(set_ or [])),
+            **(own_domain if catalogue else {}),
             **({"audit_folds": audit_folds} if audit_folds is not None else {}),
         )
         run = summary.run_dir
         stages = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in summary.wall_s.items())
         print(f"main job: {time.perf_counter() - started:.0f} s ({stages}); run: {run}")
-    report, in_sample = _remined(run, train_files)
-    print_planted_scores(report, key, in_sample)
+    report, in_sample = _remined(run, train_files, eval_files, catalogue)
+    print_planted_scores(report, key, in_sample, domain)
 
 
 def _shipped_training_rows() -> list[Row]:

@@ -25,7 +25,9 @@ The rules, by the name reports give them (`[check: name]`):
 - `step_named_by_request`: the last step of a scenario without a condition does what the
   request still asks for: when the request's words (`validation.wording`) name exactly one tool
   its history has not done yet, a last step whose tool the request does not name at all is
-  suspect ("Transfer 40 rupees …, then show me what's left" labelled get_transactions). Not for
+  suspect ("Transfer 40 rupees …, then show me what's left" labelled get_transactions), and so
+  is one whose tool the request names no more often than the history has already done it
+  ("Lock the patio door, then open the back door" with a second lock last). Not for
   conditional scenarios, whose checks (check_balance before an order) the request leaves
   unsaid, nor for replies.
 - `branch_matches_figures`: a conditional step (`condition`, or a multi-step reply) acts when the
@@ -278,15 +280,24 @@ def step_named_by_request(
     if not last or conditional or label.tool == REPLY_TOOL:
         return None
     named = request_names(label.request, catalogue)
-    remaining = sorted(set(named) - {done.tool for done in label.history.values()})
-    if label.tool in named or len(remaining) != 1:
+    done = [step.tool for step in label.history.values()]
+    remaining = sorted(set(named) - set(done))
+    if len(remaining) != 1:
         return None
     (asked,) = remaining
+    if label.tool not in named:
+        why = "which the request does not name"
+    elif len(named[label.tool]) <= done.count(label.tool):
+        # named as often as its history has done it: "lock the patio door, then open the back
+        # door" asks for one lock, and step 1 did it
+        why = "which the request names as often as its history has done it"
+    else:
+        return None
     words = ", ".join(f'"{word}"' for word in dict.fromkeys(named[asked]))
     return label.breaks(
         STEP_NAMED_BY_REQUEST,
         f"the request still asks for {asked} ({words}), which its history has not "
-        f"done; the last step is labelled {label.tool}, which the request does not name",
+        f"done; the last step is labelled {label.tool}, {why}",
         asked,
     )
 

@@ -101,8 +101,9 @@ def _contradicts(wording: str, tool: str, catalogue: Catalogue) -> bool:
 
 
 def _names(wording: str, catalogue: Catalogue) -> list[str]:
-    """The tools `wording`, read as a request, names (`request_names`), sorted."""
-    return sorted(request_names(wording, catalogue))
+    """The tools `wording`, read as a request, names (`request_names`), sorted, each as often
+    as it is named."""
+    return sorted(tool for tool, words in request_names(wording, catalogue).items() for _ in words)
 
 
 def _figures_hold(request: str, balance_seen: str | None, quote_seen: str | None) -> bool | None:
@@ -137,13 +138,20 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
     return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(rows.implode())
 
 
+def _times(rows: pl.DataFrame, tools: str) -> pl.DataFrame:
+    """Per row, how often its list column `tools` holds the row's tool (`<tools>_times`)."""
+    listed = rows.select(ROW, "tool", pl.col(tools).fill_null([])).explode(tools)
+    return listed.group_by(ROW).agg((pl.col(tools) == pl.col("tool")).sum().alias(f"{tools}_times"))
+
+
 def _unnamed_last_steps(
     frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue, spread: Spread
 ) -> pl.Expr:
     """Whether `step_named_by_request` could flag the row: a last step it reads whose tool its
-    request does not name while exactly one tool the request names is not in its history
-    (`request_names`, each distinct digit-zeroed request judged once); rows whose history
-    polars may read otherwise go to the rule."""
+    request does not name, or names no more often than its history has done it, while exactly
+    one tool the request names is not in its history (`request_names`, each distinct
+    digit-zeroed request judged once); rows whose history polars may read otherwise go to the
+    rule."""
     step = pl.col("step")
     # a scenario as the rule reads it: each step's first row
     scenarios = (
@@ -167,9 +175,9 @@ def _unnamed_last_steps(
     )
     judged = rows.join(requests, on="wording").join(done, on=ROW, how="left")
     remaining = pl.col("named").list.set_difference(pl.col("done").fill_null([]))
-    unnamed = judged.filter(
-        ~pl.col("named").list.contains(pl.col("tool")) & (remaining.list.len() == 1)
-    )
+    judged = judged.filter(remaining.list.len() == 1)
+    unnamed = judged.join(_times(judged, "named"), on=ROW).join(_times(judged, "done"), on=ROW)
+    unnamed = unnamed.filter(pl.col("named_times") <= pl.col("done_times"))
     unsure = rows.join(lines.filter("unsure"), on=ROW, how="semi")
     suspects = pl.concat([unnamed.select(ROW), unsure.select(ROW)])
     return pl.col(ROW).is_in(suspects.to_series().implode())

@@ -19,7 +19,7 @@ from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.validation.context import label_inconsistencies
-from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST
+from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST, STEP_NAMED_BY_REQUEST
 
 HOME = smart_home.catalogue()
 
@@ -72,6 +72,36 @@ def test_a_thought_reporting_the_reading_then_acting_is_consistent(tmp_path):
     assert label_inconsistencies(loaded_rows(tmp_path, *rows), HOME) == []
 
 
+def _door_step(step: int, tool: str, door: str, history: str = "") -> dict:
+    request = "Lock the patio door, and after that open the back door for the cleaner."
+    thought = f"Then I {tool.removesuffix('_door')} the {door} door."
+    solution = {"thought": thought, "action": {"tool": tool, "params": {"door": door}}}
+    return {
+        "id": f"d-{step}",
+        "scenario_id": "d",
+        "kind": "multi",
+        "lang": "en",
+        "step": step,
+        "n_steps": 2,
+        "prompt": request + history,
+        "solution": json.dumps(solution | {"plan": [thought]}),
+        "tool": tool,
+    }
+
+
+@pytest.mark.parametrize(("last", "flagged"), [("unlock_door", False), ("lock_door", True)])
+def test_a_last_step_redoing_a_tool_the_request_names_once(tmp_path, last, flagged):
+    """ "Lock the patio door, and after that open the back door": one lock asked for and done,
+    so a second lock last (the rewrite kind's misses) is flagged, naming the unlock."""
+    history = "\n\nPrevious steps:\nStep 1: lock_door → the patio door is locked"
+    rows = [_door_step(1, "lock_door", "patio"), _door_step(2, last, "back", history)]
+    frame = loaded_rows(tmp_path, *rows)
+    found = label_inconsistencies(frame, HOME)
+    assert found == label_inconsistencies(frame, HOME, screen=False)
+    expected = [("d-2", STEP_NAMED_BY_REQUEST, "unlock_door")] if flagged else []
+    assert [(f.id, f.check, f.alternative) for f in found] == expected
+
+
 def _recall(found: set[str], key: dict[str, str], kind: str) -> float:
     ids = {i for i, k in key.items() if k == kind}
     assert len(ids) == ROWS_PER_KIND
@@ -86,7 +116,7 @@ def test_planted_mistakes_are_found_on_the_shipped_domain():
     assert all(_recall(found, key, kind) >= 0.8 for kind in KINDS)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 2])
 def test_planted_mistakes_are_found_on_the_second_domain(seed):
     rows = smart_home.rows(seed)
     kinds = smart_home.kinds(HOME)
@@ -94,7 +124,7 @@ def test_planted_mistakes_are_found_on_the_second_domain(seed):
     found = {f.id for f in planting.context_findings(planted, HOME)}
     assert found <= set(key)
     assert _recall(found, key, planting.WRONG_PARAMS) >= 0.8
-    assert all(_recall(found, key, kind) >= 0.75 for kind in kinds)
+    assert all(_recall(found, key, kind) >= 0.8 for kind in kinds)
 
 
 def test_wrong_params_are_planted_from_the_params_schemas_alone():
