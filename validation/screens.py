@@ -2,6 +2,9 @@
 
 Each screen is a necessary condition of its rule's finding, so a row it rules out is one the
 rule passes; where polars cannot read a row as Python does (below), the row goes to the rule.
+What a screen must read in Python (which texts are amounts, which words name a tool or an enum
+member) it reads once per distinct *shape* of a text — its digits zeroed — since no such reading
+depends on the digits' values; polars then reads the values themselves.
 """
 
 from __future__ import annotations
@@ -29,7 +32,17 @@ from toolgrpo.validation.label_rules import (
     request_names,
 )
 from toolgrpo.validation.spread import Spread
-from toolgrpo.validation.stated_values import param_readings
+from toolgrpo.validation.stated_values import (
+    ASCII_WORD,
+    FROM,
+    ROLE_BEFORE,
+    ROLE_LOOKBACK,
+    TO,
+    ParamReading,
+    is_change,
+    param_readings,
+    with_unit,
+)
 from toolgrpo.validation.wording import (
     tool_keywords,
 )
@@ -426,19 +439,194 @@ def _params_flagged(prompt: str, solution: str, tool: str, catalogue: Catalogue)
     return params_match_request(Label.of(row), {}, catalogue) is not None
 
 
+# What `stated_values` reads from a request's text, as polars columns: its ASCII words (and where
+# each stands, with the directions written before it), a number param's amounts, an enum
+# param's members named (with their directions).
+_TOKEN = pl.Struct({"start": pl.Int64, "end": pl.Int64, FROM: pl.Boolean, TO: pl.Boolean})
+_SPAN = pl.Struct({"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64})
+_MEMBER = pl.Struct({"member": pl.String, FROM: pl.Boolean, TO: pl.Boolean})
+_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a JSON path reads as written
+_TOKEN_VALUE = r"^[A-Za-z0-9_]{1,64}$"  # a value `_occurrences` finds only as a whole word
+
+
+def _directions(text: str, start: int) -> tuple[bool, bool]:
+    """Whether the words before `start` mark what stands there as where something goes from,
+    and to (`stated_values._marks`)."""
+    before = text[max(0, start - ROLE_LOOKBACK) : start]
+    return bool(ROLE_BEFORE[FROM].search(before)), bool(ROLE_BEFORE[TO].search(before))
+
+
+def _request_reads(
+    text: str, readings: tuple[ParamReading, ...], words: bool
+) -> tuple[list[Any], ...]:
+    """What the params rule reads from a request (or its shape: which texts are amounts, words
+    or members never depends on the digits' values): if `words`, every ASCII word with the
+    directions before it; then per number param its amounts (`_figure_at`) that are not a change
+    and carry a unit if it has units, per enum param the members named with their directions."""
+    tokens = []
+    for match in ASCII_WORD.finditer(text) if words else ():
+        from_, to = _directions(text, match.start())
+        tokens.append({"start": match.start(), "end": match.end(), FROM: from_, TO: to})
+    reads: list[list[Any]] = [tokens]
+    amounts = (
+        [m for m in AMOUNT.finditer(text) if not is_change(text, m.start(), m.end())]
+        if any(r.kind == "number" for r in readings)
+        else []
+    )
+    for reading in readings:
+        if reading.kind == "number":
+            spans = [
+                _figure_at(m)
+                for m in amounts
+                if reading.units is None or with_unit(text, m.start(), m.end(), reading.units)
+            ]
+            reads.append([{"start": a, "end": b, "scale": scale} for a, b, scale in spans])
+        elif reading.kind == "enum":
+            members = []
+            for member, pattern in reading.members:
+                found = list(pattern.finditer(text))
+                if found:
+                    marks = [_directions(text, m.start()) for m in found]
+                    from_, to = (any(mark[k] for mark in marks) for k in (0, 1))
+                    members.append({"member": member, FROM: from_, TO: to})
+            reads.append(members)
+    return tuple(reads)
+
+
+@cache
+def _polars_pattern(source: str) -> bool:
+    """Whether polars compiles a catalogue pattern (RE2's syntax, mostly Rust regex's)."""
+    try:
+        pl.select(pl.lit("").str.contains(source))
+    except pl.exceptions.PolarsError:
+        return False
+    return True
+
+
+def _stated_otherwise(
+    rows: pl.DataFrame, readings: tuple[ParamReading, ...], spread: Spread
+) -> pl.DataFrame:
+    """The rows (one tool's: `_row`, `request`, `solution`) whose params `params_match_request`
+    could find contradicted, read in polars: a param whose value the request states otherwise
+    (a number among its amounts in bounds, a word its pattern matches, an enum member named),
+    or a from/to param whose value the request marks with the other direction; rows polars may
+    read otherwise go to the rule."""
+    if any(r.kind == "pattern" and not _polars_pattern(r.pattern.pattern) for r in readings) or any(
+        not _PARAM_NAME.fullmatch(r.name) for r in readings
+    ):
+        return rows.select(ROW)
+    # the members' and units' words: with no digit, a request reads as its shape
+    said = [p.pattern for r in readings for _, p in r.members]
+    said += [r.units.pattern for r in readings if r.units is not None]
+    digits_matter = any(c in "0123456789" for pattern in said for c in pattern)
+    text = pl.col("request") if digits_matter else _shapes(pl.col("request"))
+    kept = [r for r in readings if r.kind in ("number", "enum")]
+    fields = {"tokens": pl.List(_TOKEN)} | {
+        f"read_{r.name}": pl.List(_SPAN if r.kind == "number" else _MEMBER) for r in kept
+    }
+    texts = rows.select(text=text).unique()
+    # where a from/to param's value stands is read from the request's words
+    words = any(r.role is not None and r.kind != "enum" for r in readings)
+    reads = spread.map(_request_reads, list(texts.iter_rows()), tuple(kept), words)
+    texts = pl.concat([texts, pl.DataFrame(reads, schema=fields, orient="row")], how="horizontal")
+    values = {
+        r.name: pl.col("solution").str.json_path_match(f"$.action.params.{r.name}")
+        for r in readings
+    }
+    rows = (
+        rows.with_columns(text=text, **{f"value_{name}": v for name, v in values.items()})
+        .join(texts, on="text", how="left", maintain_order="left")
+        .drop("text")
+    )
+    suspects: list[pl.DataFrame] = []
+    for r in readings:
+        value = pl.col(f"value_{r.name}")
+        # a value polars does not read where the solution names the param: the rule reads it
+        unread = value.is_null() & pl.col("solution").str.contains(f'"{r.name}"', literal=True)
+        suspects.append(rows.filter(unread).select(ROW))
+        if r.kind == "pattern":
+            stated = pl.col("request").str.extract_all(ASCII_WORD.pattern)
+            stated = stated.list.eval(
+                pl.element().filter(pl.element().str.contains(r.pattern.pattern))
+            )
+            otherwise = (stated.list.len() > 0) & ~stated.list.contains(value)
+            suspects.append(rows.filter(otherwise).select(ROW))
+        elif r.kind == "enum":
+            named = pl.col(f"read_{r.name}").list.eval(pl.element().struct.field("member"))
+            otherwise = (named.list.len() > 0) & ~named.list.contains(value)
+            suspects.append(rows.filter(otherwise).select(ROW))
+        elif r.kind == "number":
+            suspects.append(_amounts_otherwise(rows, r, value))
+        if r.role is not None:
+            suspects.append(_marked_otherwise(rows, r, value))
+    return pl.concat(suspects).unique()
+
+
+def _amounts_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr) -> pl.DataFrame:
+    """Rows whose number param is none of the amounts its request states within its bounds (or
+    an amount polars may read otherwise than Python)."""
+    spans = (
+        rows.select(
+            ROW, "request", given=value.cast(pl.Float64, strict=False), span=f"read_{reading.name}"
+        )
+        .explode("span")
+        .filter(pl.col("span").is_not_null())
+        .unnest("span")
+        .rename({"start": "amount_start", "end": "amount_end", "scale": "amount_scale"})
+    )
+    amount = _figure_values(spans, "request", "amount")
+    low, high = pl.lit(reading.low), pl.lit(reading.high)
+    in_bounds = (amount >= low if reading.low_inclusive else amount > low) & (
+        amount <= high if reading.high_inclusive else amount < high
+    )
+    if reading.integer:
+        in_bounds = in_bounds & (amount == amount.floor())
+    given = pl.col("given")
+    # `math.isclose`'s relative tolerance, a hair tighter: what polars calls close, Python does
+    close = (amount - given).abs() <= 0.999e-9 * pl.max_horizontal(amount.abs(), given.abs())
+    judged = spans.group_by(ROW).agg(
+        unread=amount.is_null().any(),
+        stated=in_bounds.fill_null(False).any(),
+        matched=(in_bounds & close).fill_null(False).any(),
+    )
+    return judged.filter(pl.col("unread") | (pl.col("stated") & ~pl.col("matched"))).select(ROW)
+
+
+def _marked_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr) -> pl.DataFrame:
+    """Rows whose from/to param's value the request writes after the other direction's word
+    (what `_reversed` needs to flag it), or whose value polars may find otherwise."""
+    other = TO if reading.role == FROM else FROM
+    if reading.kind == "enum":
+        marked = rows.select(ROW, given=value, mark=f"read_{reading.name}").explode("mark")
+        marked = marked.filter(pl.col("mark").is_not_null()).unnest("mark")
+        hit = pl.col("member") == pl.col("given")
+    else:
+        odd = value.is_not_null() & ~value.str.contains(_TOKEN_VALUE)
+        words = rows.select(ROW, "request", given=value, mark="tokens")
+        marked = words.explode("mark").filter(pl.col("mark").is_not_null()).unnest("mark")
+        word = pl.col("request").str.slice(pl.col("start"), pl.col("end") - pl.col("start"))
+        hit = word == pl.col("given")
+        odd_rows = rows.filter(odd).select(ROW)
+        return pl.concat([odd_rows, marked.filter(hit & pl.col(other)).select(ROW)])
+    return marked.filter(hit & pl.col(other)).select(ROW)
+
+
 def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spread) -> pl.Expr:
-    """Whether `params_match_request` flags the row: the rule judges each distinct (prompt,
-    solution, tool) of a tool with a param it can check once (it reads nothing else)."""
-    checked = [
-        tool
-        for tool, readings in param_readings(catalogue).items()
-        if any(r.kind is not None or r.role is not None for r in readings)
-    ]
+    """Whether `params_match_request` flags the row: the rows whose params polars finds the
+    request stating otherwise (`_stated_otherwise`), each distinct (prompt, solution, tool)
+    of them judged by the rule once (it reads nothing else)."""
+    suspects = [pl.DataFrame(schema={ROW: frame.schema[ROW]})]
+    for tool, readings in param_readings(catalogue).items():
+        checked = tuple(r for r in readings if r.kind is not None or r.role is not None)
+        of_tool = frame.filter(pl.col("tool") == tool).select(ROW, "request", "solution")
+        if checked and of_tool.height:
+            suspects.append(_stated_otherwise(of_tool, checked, spread))
     keys = ["prompt", "solution", "tool"]
-    distinct = frame.filter(pl.col("tool").is_in(checked)).select(keys).unique()
+    candidates = frame.join(pl.concat(suspects), on=ROW, how="semi")
+    distinct = candidates.select(keys).unique()
     judged = spread.map(_params_flagged, list(distinct.iter_rows()), catalogue)
     flagged = pl.Series(judged, dtype=pl.Boolean)
-    rows = frame.join(distinct.filter(flagged), on=keys, how="semi").get_column(ROW)
+    rows = candidates.join(distinct.filter(flagged), on=keys, how="semi").get_column(ROW)
     return pl.col(ROW).is_in(rows.implode())
 
 

@@ -37,7 +37,7 @@ _ROLE_PARTS = {
     TO: {"to", "target", "destination", "dest", "recipient", "into"},
 }
 _ARTICLE = r"(?:\b(?:the|my|our)\s+)?"
-_ROLE_BEFORE = {
+ROLE_BEFORE = {
     FROM: re.compile(rf"(?:\b(?:from|out of)|从|由)\s*{_ARTICLE}$", re.IGNORECASE),
     TO: re.compile(rf"(?:\b(?:to|into|onto)|给|到|向|转入|转给|打给)\s*{_ARTICLE}$", re.IGNORECASE),
 }
@@ -50,8 +50,8 @@ _CHANGE_AFTER = re.compile(
 _UNIT_GAP_AFTER = re.compile(r"[\s-]*")
 # the word right before an amount, or the one before it ("volume 4", "volume to 4")
 _UNIT_BEFORE = re.compile(r"\w+(?=\W+(?:\w+\W+)?$)")
-_WORD = re.compile(r"[A-Za-z0-9_]{1,64}")
-_LOOKBACK = 12  # characters before a value where its direction word may stand
+ASCII_WORD = re.compile(r"[A-Za-z0-9_]{1,64}")
+ROLE_LOOKBACK = 12  # characters before a value where its direction word may stand
 
 
 @dataclass(frozen=True)
@@ -146,12 +146,12 @@ def param_readings(catalogue: Catalogue) -> dict[str, tuple[ParamReading, ...]]:
     return readings
 
 
-def _is_change(text: str, start: int, end: int) -> bool:
-    before = text[max(0, start - _LOOKBACK) : start]
+def is_change(text: str, start: int, end: int) -> bool:
+    before = text[max(0, start - ROLE_LOOKBACK) : start]
     return bool(_CHANGE_BEFORE.search(before) or _CHANGE_AFTER.search(text, end, end + 24))
 
 
-def _with_unit(text: str, start: int, end: int, units: re.Pattern[str]) -> bool:
+def with_unit(text: str, start: int, end: int, units: re.Pattern[str]) -> bool:
     """Whether a unit word follows the amount ("14 days", "14-day") or precedes it, a word
     apart at most ("volume 4", "volume to 4")."""
     after = _UNIT_GAP_AFTER.match(text, end)
@@ -171,15 +171,15 @@ def stated_numbers(text: str, reading: ParamReading) -> list[Amount]:
         amount
         for match in AMOUNT.finditer(text)
         if reading.in_bounds((amount := amount_of(match)).value)
-        and not _is_change(text, match.start(), match.end())
-        and (reading.units is None or _with_unit(text, match.start(), match.end(), reading.units))
+        and not is_change(text, match.start(), match.end())
+        and (reading.units is None or with_unit(text, match.start(), match.end(), reading.units))
     ]
 
 
 def stated_words(text: str, reading: ParamReading) -> list[str]:
     """The ASCII words of `text` the param's pattern matches, in order, once each."""
     assert reading.pattern is not None
-    return list(dict.fromkeys(w for w in _WORD.findall(text) if reading.pattern.search(w)))
+    return list(dict.fromkeys(w for w in ASCII_WORD.findall(text) if reading.pattern.search(w)))
 
 
 def stated_members(text: str, reading: ParamReading) -> dict[str, str]:
@@ -206,8 +206,8 @@ def _marks(text: str, reading: ParamReading, value: str) -> dict[str, str] | Non
     marks: dict[str, str] = {}
     found = _occurrences(text, reading, value)
     for match in found:
-        before = text[max(0, match.start() - _LOOKBACK) : match.start()]
-        for role, pattern in _ROLE_BEFORE.items():
+        before = text[max(0, match.start() - ROLE_LOOKBACK) : match.start()]
+        for role, pattern in ROLE_BEFORE.items():
             if word := pattern.search(before):
                 marks.setdefault(role, f"{word.group(0)}{match.group(0)}")
     return marks if found else None

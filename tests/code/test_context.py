@@ -359,6 +359,48 @@ def test_params_the_request_does_not_state_are_not_judged(tmp_path, label, reque
     assert _found(tmp_path, _single(label, request_text)) == []
 
 
+# Rows where polars and Python could read a param otherwise: amounts grouped, scaled, in
+# fractions, too long for a float, in other digits, or said as a change; values of another JSON
+# type, directions next to Chinese, values that are no single word, repeated accounts.
+_PARAMS_EDGES = [
+    (_with(TRANSFER, amount=1_000_000), "Send 1,000,000 from ACC001 to ACC002."),
+    (_with(TRANSFER, amount=1_000_001), "Send 1,000,000 from ACC001 to ACC002."),
+    (_with(TRANSFER, amount=25_000), "从 ACC001 转 2.5万 到 ACC002"),
+    (_with(TRANSFER, amount=25_001), "从 ACC001 转 2.5万 到 ACC002"),
+    (_with(TRANSFER, amount=5), "Send 123456789012345678901 from ACC001 to ACC002."),
+    (_with(TRANSFER, amount=100_000), "从 ACC001 转 １０万 到 ACC002"),
+    (_with(TRANSFER, amount="100000"), "Send 10万 from ACC001 to ACC002."),
+    (_with(TRANSFER, amount=True), "Send 10万 from ACC001 to ACC002."),
+    (_with(TRANSFER, amount=7), "Raise it by 7 and send 3 from ACC001 to ACC002."),
+    (_with(TRANSFER, amount=1e300), "Send 10万 from ACC001 to ACC002."),
+    (_with(TRANSFER, from_account="ACC002", to_account="ACC001"), "从ACC001转10万给ACC002"),
+    (_with(TRANSFER, from_account="ACC002"), "Send 10万 to ACC002 from ACC002."),
+    (_with(TRANSFER, from_account="ACC 002", to_account="ACC001"), "Send 5 to ACC 002."),
+    (_with(TRANSFER, from_account="ACC002", to_account="ACC001"), "Send 5 to ACC002, ACC002."),
+    (_with(TRANSFER, from_account=7), "Send 5 to ACC002 from ACC001."),
+    (_with(TRANSFER, to_account="账户二"), "从 ACC001 转 5 到 账户二"),
+    (_with(ORDER, symbol="AMZN1"), "Buy 200 AMZN1 for me."),
+    (_with(ORDER, symbol=None), "Buy 200 AMZN for me."),
+    (_with(ORDER, side=["buy"]), "Buy 200 AMZN for me."),
+    (_with(ORDER, quantity=200.5), "Buy 200.5 AMZN for me."),
+    (_with(STATEMENT, days=14), "Show ACC001's last 14-day activity, not 30."),
+    (_with(STATEMENT, days=30), "Show ACC001's last 14-day activity."),
+]
+
+
+def test_the_params_screen_keeps_every_finding_of_the_rule(tmp_path):
+    """Read in polars or by the rule, the same findings on rows made to be read otherwise."""
+    rows = [
+        _single(label, text) | {"id": f"e-{i}", "scenario_id": f"e{i}"}
+        for i, (label, text) in enumerate(_PARAMS_EDGES)
+    ]
+    frame = loaded_rows(tmp_path, *rows)
+    screened = label_inconsistencies(frame)
+    assert screened == label_inconsistencies(frame, screen=False)
+    flagged = {f.id for f in screened if f.check == PARAMS_MATCH_REQUEST}
+    assert {"e-1", "e-3", "e-21"} <= flagged  # amounts and days written otherwise
+
+
 def test_a_value_the_history_states_counts_once_the_request_states_one(tmp_path):
     """ "Send what's left" takes its amount from the balance step; an observation alone (the
     payee of an earlier step) is no request's account."""
