@@ -19,6 +19,7 @@ from pandera.polars import PolarsData
 from pydantic import BaseModel, ConfigDict
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.schemas.params_check import plainly_valid
 from toolgrpo.schemas.problems import shown
 
 KINDS = ("single", "multi")
@@ -175,15 +176,19 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
         if distinct.height
         else _solution_parts(distinct)
     )
-    # Many solutions share an action: validate each distinct (tool, params) pair once.
-    actions = (
-        parts.select("action_tool", "action_params")
-        .unique()
-        .with_columns(
-            params_error=pl.struct("action_tool", "action_params").map_elements(
-                lambda pair: _params_error(pair, catalogue), return_dtype=pl.String
-            )
+    # Many solutions share an action: validate each distinct (tool, params) pair once, in
+    # polars where the params are plainly valid (`params_check`), else by fastjsonschema.
+    actions = parts.select("action_tool", "action_params").unique()
+    proven = actions.select(
+        plainly_valid(pl.col("action_tool"), pl.col("action_params"), catalogue)
+    ).to_series()
+    judged = actions.filter(~proven).with_columns(
+        params_error=pl.struct("action_tool", "action_params").map_elements(
+            lambda pair: _params_error(pair, catalogue), return_dtype=pl.String
         )
+    )
+    actions = pl.concat(
+        [actions.filter(proven).with_columns(params_error=pl.lit(None, pl.String)), judged]
     )
     parts = parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
     # looked up by the key column alone, then set beside the frame's own columns (a join of the

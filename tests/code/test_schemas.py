@@ -279,3 +279,73 @@ def test_one_row_condition_rule_is_the_column_rule(kind, tool, condition):
         condition_branch(pl.col("condition"), pl.col("kind"), pl.col("tool"))
     ).item()
     assert is_condition_fails(kind, tool, condition) == (branch == "condition_fails")
+
+
+# --- params checked in polars (`schemas.params_check`) ------------------------------------------
+
+_ODD_VALUES: list[Any] = [
+    *["ACC001", "ACC1234", "acc001", "ACC٠٠١", "ACC00１", "", "x", "é", 'a"b', "a\\b", "tab\there"],
+    *["buy", "Buy", "sell ", "AMZN", "AMZNXX", "living_room", "hallway", "front"],
+    *[0, -0.0, 0.0, 1, 1.5, -1, 24, 100, 101, 365, 366, 1e3, 1e-7, 10**15 - 1, 10**16, 2.5e300],
+    *[True, False, None, [1], {"a": 1}],
+]
+
+
+def _params_cases(catalogue) -> list[tuple[str, str]]:
+    """Per tool: each property set to each odd value, left out, doubled and joined by another
+    key, as compact JSON (what `parse_solution` reads)."""
+    cases = []
+    for tool in catalogue.tools:
+        names = list(tool.params.get("properties", {}))
+        base = dict.fromkeys(names, "ACC001")
+        for name in names:
+            cases += [(tool.name, {**base, name: value}) for value in _ODD_VALUES]
+            cases.append((tool.name, {k: v for k, v in base.items() if k != name}))
+        cases.append((tool.name, {**base, "extra": 1}))
+    texts = [(t, json.dumps(p, ensure_ascii=False, separators=(",", ":"))) for t, p in cases]
+    texts += [
+        (t, p.replace("}", ',"' + n + '":"ACC002"}')) for t, p in texts[:40] for n in ["account"]
+    ]
+    return texts
+
+
+def _domain(domain: str):
+    from bench.domains import smart_home
+    from toolgrpo.data import DATA_DIR
+    from toolgrpo.schemas.catalogue import default_catalogue
+
+    if domain == "finance":
+        rows = [json.loads(line) for p in DATA_DIR.glob("*/*.jsonl") for line in p.open()]
+        return default_catalogue(), rows
+    return smart_home.catalogue(), smart_home.rows(0)
+
+
+def _proven(catalogue, cases: list[tuple[str, str]]) -> list[bool]:
+    from toolgrpo.schemas.params_check import plainly_valid
+
+    frame = pl.DataFrame(cases, schema=["tool", "params"], orient="row")
+    return frame.select(plainly_valid(pl.col("tool"), pl.col("params"), catalogue)).to_series()
+
+
+@pytest.mark.parametrize("domain", ["finance", "smart home"])
+def test_params_polars_proves_valid_fastjsonschema_finds_valid(domain):
+    """Every params object polars proves valid, fastjsonschema finds valid: odd values of every
+    type in every param, params left out, doubled, or joined by another key."""
+    catalogue, _ = _domain(domain)
+    cases = _params_cases(catalogue)
+    proven = _proven(catalogue, cases)
+    valid = [catalogue.params_error(t, json.loads(p)) is None for t, p in cases]
+    assert [case for case, p, v in zip(cases, proven, valid, strict=True) if p and not v] == []
+    assert 0 < sum(proven) < sum(valid)  # it proves some, and leaves the odd ones to Python
+
+
+@pytest.mark.parametrize("domain", ["finance", "smart home"])
+def test_params_of_real_rows_are_proven_in_polars(domain):
+    """A domain's rows have plain params: polars proves every one (none left to Python)."""
+    catalogue, rows = _domain(domain)
+    cases = []
+    for row in rows:
+        action = json.loads(row["solution"])["action"]
+        params = json.dumps(action["params"], ensure_ascii=False, separators=(",", ":"))
+        cases.append((action["tool"], params))
+    assert all(_proven(catalogue, cases))
