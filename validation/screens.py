@@ -279,8 +279,15 @@ def _figure_at(match: re.Match[str]) -> tuple[int, int, float | None]:
     `amount_of` reads the value as that text's float times the scale (None: a scale that does
     not read alone; the figure then goes to `figures_verdict`)."""
     end = match.end("fraction") if match["fraction"] else match.end("number")
-    scaled = amounts_in(f"1{match['scale']}") if match["scale"] else [Amount("1", 1.0)]
-    return match.start("number"), end, scaled[0].value if len(scaled) == 1 else None
+    return match.start("number"), end, _scale(match["scale"] or "")
+
+
+@cache
+def _scale(written: str) -> float | None:
+    """What `amount_of` multiplies a figure written with this scale by (None: no scale that
+    reads alone)."""
+    scaled = amounts_in(f"1{written}") if written else [Amount("1", 1.0)]
+    return scaled[0].value if len(scaled) == 1 else None
 
 
 def _sole_figure(shape: str) -> tuple[int | None, int | None, float | None]:
@@ -524,9 +531,9 @@ def _stated_otherwise(
     fields = {"tokens": pl.List(_TOKEN)} | {
         f"read_{r.name}": pl.List(_SPAN if r.kind == "number" else _MEMBER) for r in kept
     }
-    texts = rows.select(text=text).unique()
     # where a from/to param's value stands is read from the request's words
     words = any(r.role is not None and r.kind != "enum" for r in readings)
+    texts = rows.select(text=text).unique() if kept or words else rows.select(text=text).head(0)
     reads = spread.map(_request_reads, list(texts.iter_rows()), tuple(kept), words)
     texts = pl.concat([texts, pl.DataFrame(reads, schema=fields, orient="row")], how="horizontal")
     values = {
