@@ -449,9 +449,10 @@ def _params_flagged(prompt: str, solution: str, tool: str, catalogue: Catalogue)
 # What `stated_values` reads from a request's text, as polars columns: its ASCII words (and where
 # each stands, with the directions written before it), a number param's amounts, an enum
 # param's members named (with their directions).
-_TOKEN = pl.Struct({"start": pl.Int64, "end": pl.Int64, FROM: pl.Boolean, TO: pl.Boolean})
-_SPAN = pl.Struct({"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64})
-_MEMBER = pl.Struct({"member": pl.String, FROM: pl.Boolean, TO: pl.Boolean})
+# (columns of lists, one item per word, amount or member: faster to build than structs)
+_WORDS = {"start": pl.Int64, "end": pl.Int64, FROM: pl.Boolean, TO: pl.Boolean}
+_AMOUNTS = {"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64}
+_MEMBERS = {"member": pl.String, FROM: pl.Boolean, TO: pl.Boolean}
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a JSON path reads as written
 _TOKEN_VALUE = r"^[A-Za-z0-9_]{1,64}$"  # a value `_occurrences` finds only as a whole word
 
@@ -463,18 +464,27 @@ def _directions(text: str, start: int) -> tuple[bool, bool]:
     return bool(ROLE_BEFORE[FROM].search(before)), bool(ROLE_BEFORE[TO].search(before))
 
 
+def _word_character(character: str) -> bool:
+    r"""Whether `character` is one regex `\w` matches in a `str` (Unicode letters and digits,
+    the underscore); False for no character (the text's edge)."""
+    return character.isalnum() or character == "_"
+
+
 def _request_reads(
     text: str, readings: tuple[ParamReading, ...], words: bool
 ) -> tuple[list[Any], ...]:
     """What the params rule reads from a request (or its shape: which texts are amounts, words
-    or members never depends on the digits' values): if `words`, every ASCII word with the
-    directions before it; then per number param its amounts (`_figure_at`) that are not a change
-    and carry a unit if it has units, per enum param the members named with their directions."""
-    tokens = []
+    or members never depends on the digits' values): if `words`, every ASCII word `\b` finds
+    whole, with the directions before it; then per number param its amounts (`_figure_at`) that
+    are not a change and carry a unit if it has units, per enum param the members named with
+    their directions."""
+    tokens: list[tuple[Any, ...]] = []
     for match in ASCII_WORD.finditer(text) if words else ():
-        from_, to = _directions(text, match.start())
-        tokens.append({"start": match.start(), "end": match.end(), FROM: from_, TO: to})
-    reads: list[list[Any]] = [tokens]
+        start, end = match.span()
+        if _word_character(text[start - 1 : start]) or _word_character(text[end : end + 1]):
+            continue  # no `\b` on that side: `_occurrences` does not find the word there
+        tokens.append((start, end, *_directions(text, start)))
+    reads: list[list[tuple[Any, ...]]] = [tokens]
     amounts = (
         [m for m in AMOUNT.finditer(text) if not is_change(text, m.start(), m.end())]
         if any(r.kind == "number" for r in readings)
@@ -482,22 +492,38 @@ def _request_reads(
     )
     for reading in readings:
         if reading.kind == "number":
-            spans = [
-                _figure_at(m)
-                for m in amounts
-                if reading.units is None or with_unit(text, m.start(), m.end(), reading.units)
-            ]
-            reads.append([{"start": a, "end": b, "scale": scale} for a, b, scale in spans])
+            reads.append(
+                [
+                    _figure_at(m)
+                    for m in amounts
+                    if reading.units is None or with_unit(text, m.start(), m.end(), reading.units)
+                ]
+            )
         elif reading.kind == "enum":
             members = []
             for member, pattern in reading.members:
-                found = list(pattern.finditer(text))
-                if found:
-                    marks = [_directions(text, m.start()) for m in found]
-                    from_, to = (any(mark[k] for mark in marks) for k in (0, 1))
-                    members.append({"member": member, FROM: from_, TO: to})
+                if reading.role is None:  # named or not; no direction read
+                    if pattern.search(text):
+                        members.append((member, False, False))
+                    continue
+                marks = [_directions(text, m.start()) for m in pattern.finditer(text)]
+                if marks:
+                    members.append((member, any(m[0] for m in marks), any(m[1] for m in marks)))
             reads.append(members)
     return tuple(reads)
+
+
+def _long(reads: list[list[tuple[Any, ...]]], schema: dict[str, Any]) -> pl.DataFrame:
+    """Each text's items (`reads[i]`: tuples of `schema`'s fields) as rows keyed by `text_id`
+    (i): a table polars joins, built column by column."""
+    ids = [i for i, items in enumerate(reads) for _ in items]
+    fields = list(zip(*(item for items in reads for item in items), strict=True)) or [
+        () for _ in schema
+    ]
+    columns = {"text_id": pl.Series(ids, dtype=pl.UInt32)}
+    for (name, dtype), values in zip(schema.items(), fields, strict=True):
+        columns[name] = pl.Series(values, dtype=dtype)
+    return pl.DataFrame(columns)
 
 
 @cache
@@ -528,23 +554,20 @@ def _stated_otherwise(
     digits_matter = any(c in "0123456789" for pattern in said for c in pattern)
     text = pl.col("request") if digits_matter else _shapes(pl.col("request"))
     kept = [r for r in readings if r.kind in ("number", "enum")]
-    fields = {"tokens": pl.List(_TOKEN)} | {
-        f"read_{r.name}": pl.List(_SPAN if r.kind == "number" else _MEMBER) for r in kept
-    }
+    params = pl.col("solution").str.json_path_match("$.action.params")
+    rows = rows.with_columns(text=text, params=params).with_columns(
+        **{f"value_{r.name}": pl.col("params").str.json_path_match(f"$.{r.name}") for r in readings}
+    )
     # where a from/to param's value stands is read from the request's words
     words = any(r.role is not None and r.kind != "enum" for r in readings)
-    texts = rows.select(text=text).unique() if kept or words else rows.select(text=text).head(0)
+    texts = rows.select("text").unique() if kept or words else rows.select("text").head(0)
     reads = spread.map(_request_reads, list(texts.iter_rows()), tuple(kept), words)
-    texts = pl.concat([texts, pl.DataFrame(reads, schema=fields, orient="row")], how="horizontal")
-    values = {
-        r.name: pl.col("solution").str.json_path_match(f"$.action.params.{r.name}")
-        for r in readings
-    }
-    rows = (
-        rows.with_columns(text=text, **{f"value_{name}": v for name, v in values.items()})
-        .join(texts, on="text", how="left", maintain_order="left")
-        .drop("text")
-    )
+    texts = texts.with_row_index("text_id")
+    rows = rows.join(texts, on="text", how="left").drop("text", "params")
+    tables = {"words": _long([read[0] for read in reads], _WORDS)}
+    for i, r in enumerate(kept, start=1):
+        schema = _AMOUNTS if r.kind == "number" else _MEMBERS
+        tables[r.name] = _long([read[i] for read in reads], schema)
     suspects: list[pl.DataFrame] = []
     for r in readings:
         value = pl.col(f"value_{r.name}")
@@ -552,34 +575,36 @@ def _stated_otherwise(
         unread = value.is_null() & pl.col("solution").str.contains(f'"{r.name}"', literal=True)
         suspects.append(rows.filter(unread).select(ROW))
         if r.kind == "pattern":
-            stated = pl.col("request").str.extract_all(ASCII_WORD.pattern)
-            stated = stated.list.eval(
-                pl.element().filter(pl.element().str.contains(r.pattern.pattern))
-            )
-            otherwise = (stated.list.len() > 0) & ~stated.list.contains(value)
-            suspects.append(rows.filter(otherwise).select(ROW))
+            suspects.append(_words_otherwise(rows, r, value))
         elif r.kind == "enum":
-            named = pl.col(f"read_{r.name}").list.eval(pl.element().struct.field("member"))
-            otherwise = (named.list.len() > 0) & ~named.list.contains(value)
-            suspects.append(rows.filter(otherwise).select(ROW))
+            named = rows.select(ROW, "text_id", given=value).join(tables[r.name], on="text_id")
+            stated = named.group_by(ROW).agg((pl.col("member") == pl.col("given")).any())
+            suspects.append(stated.filter(~pl.col("member").fill_null(False)).select(ROW))
         elif r.kind == "number":
-            suspects.append(_amounts_otherwise(rows, r, value))
-        if r.role is not None:
-            suspects.append(_marked_otherwise(rows, r, value))
+            suspects.append(_amounts_otherwise(rows, r, value, tables[r.name]))
+    role_readings = [r for r in readings if r.role is not None]
+    suspects.append(_reversed_candidates(rows, role_readings, tables))
     return pl.concat(suspects).unique()
 
 
-def _amounts_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr) -> pl.DataFrame:
-    """Rows whose number param is none of the amounts its request states within its bounds (or
-    an amount polars may read otherwise than Python)."""
-    spans = (
-        rows.select(
-            ROW, "request", given=value.cast(pl.Float64, strict=False), span=f"read_{reading.name}"
-        )
-        .explode("span")
-        .filter(pl.col("span").is_not_null())
-        .unnest("span")
-        .rename({"start": "amount_start", "end": "amount_end", "scale": "amount_scale"})
+def _words_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr) -> pl.DataFrame:
+    """Rows whose patterned param is none of the request's words its pattern matches, while some
+    word matches (`stated_words`). A value that is itself such a word of the request is stated:
+    only the other rows have their words matched."""
+    pattern = reading.pattern.pattern
+    words = pl.col("request").str.extract_all(ASCII_WORD.pattern)
+    stated = rows.filter(~(words.list.contains(value) & value.str.contains(pattern)))
+    matched = words.list.eval(pl.element().filter(pl.element().str.contains(pattern)))
+    return stated.filter((matched.list.len() > 0) & ~matched.list.contains(value)).select(ROW)
+
+
+def _amounts_otherwise(
+    rows: pl.DataFrame, reading: ParamReading, value: pl.Expr, amounts: pl.DataFrame
+) -> pl.DataFrame:
+    """Rows whose number param is none of the amounts (`amounts`: per request text) its request
+    states within its bounds, or with an amount polars may read otherwise than Python."""
+    spans = rows.select(ROW, "request", "text_id", given=value.cast(pl.Float64, strict=False)).join(
+        amounts.rename({k: f"amount_{k}" for k in _AMOUNTS}), on="text_id"
     )
     amount = _figure_values(spans, "request", "amount")
     low, high = pl.lit(reading.low), pl.lit(reading.high)
@@ -599,23 +624,47 @@ def _amounts_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr
     return judged.filter(pl.col("unread") | (pl.col("stated") & ~pl.col("matched"))).select(ROW)
 
 
-def _marked_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr) -> pl.DataFrame:
-    """Rows whose from/to param's value the request writes after the other direction's word
-    (what `_reversed` needs to flag it), or whose value polars may find otherwise."""
-    other = TO if reading.role == FROM else FROM
-    if reading.kind == "enum":
-        marked = rows.select(ROW, given=value, mark=f"read_{reading.name}").explode("mark")
-        marked = marked.filter(pl.col("mark").is_not_null()).unnest("mark")
-        hit = pl.col("member") == pl.col("given")
-    else:
-        odd = value.is_not_null() & ~value.str.contains(_TOKEN_VALUE)
-        words = rows.select(ROW, "request", given=value, mark="tokens")
-        marked = words.explode("mark").filter(pl.col("mark").is_not_null()).unnest("mark")
-        word = pl.col("request").str.slice(pl.col("start"), pl.col("end") - pl.col("start"))
-        hit = word == pl.col("given")
-        odd_rows = rows.filter(odd).select(ROW)
-        return pl.concat([odd_rows, marked.filter(hit & pl.col(other)).select(ROW)])
-    return marked.filter(hit & pl.col(other)).select(ROW)
+def _reversed_candidates(
+    rows: pl.DataFrame, readings: list[ParamReading], tables: dict[str, pl.DataFrame]
+) -> pl.DataFrame:
+    """Rows `_reversed` could flag: a from/to param's value the request writes only after the
+    other direction's word, while the other direction's param is written and not marked with its
+    own. Where a direction has more than one param, any value marked with the other's word; and a
+    value `_occurrences` may find where the request's words do not (not one ASCII word, of an
+    enum's members none) goes to the rule."""
+    marks = {}
+    suspects = [rows.select(ROW).head(0)]
+    for r in readings:
+        value = pl.col(f"value_{r.name}")
+        given = rows.select(ROW, "request", "text_id", value.alias("given"))
+        if r.kind == "enum":
+            members = [member for member, _ in r.members]
+            suspects.append(rows.filter(value.is_not_null() & ~value.is_in(members)).select(ROW))
+            found = given.join(tables[r.name], on="text_id")
+            found = found.filter(pl.col("member") == pl.col("given"))
+        else:
+            odd = value.is_not_null() & ~value.str.contains(_TOKEN_VALUE)
+            suspects.append(rows.filter(odd).select(ROW))
+            found = given.join(tables["words"], on="text_id")
+            word = pl.col("request").str.slice(pl.col("start"), pl.col("end") - pl.col("start"))
+            found = found.filter(word == pl.col("given"))
+        marks[r.name] = found.group_by(ROW).agg(
+            pl.col(FROM).any().alias(f"{r.name}_{FROM}"), pl.col(TO).any().alias(f"{r.name}_{TO}")
+        )
+    roles = {r.name: r.role for r in readings}
+    for r in readings:
+        other = TO if r.role == FROM else FROM
+        partners = [name for name, role in roles.items() if role == other]
+        own_mark, other_mark = pl.col(f"{r.name}_{r.role}"), pl.col(f"{r.name}_{other}")
+        if len(partners) != 1 or sum(role == r.role for role in roles.values()) != 1:
+            suspects.append(marks[r.name].filter(other_mark).select(ROW))  # the rule decides
+            continue
+        (partner,) = partners
+        # written (found) and not marked with its own direction
+        unmarked = marks[partner].filter(~pl.col(f"{partner}_{other}")).select(ROW)
+        reversed_ = marks[r.name].filter(other_mark & ~own_mark).join(unmarked, on=ROW, how="semi")
+        suspects.append(reversed_.select(ROW))
+    return pl.concat(suspects)
 
 
 def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spread) -> pl.Expr:

@@ -376,9 +376,33 @@ _PARAMS_EDGES = [
     (_with(TRANSFER, from_account="ACC002", to_account="ACC001"), "从ACC001转10万给ACC002"),
     (_with(TRANSFER, from_account="ACC002"), "Send 10万 to ACC002 from ACC002."),
     (_with(TRANSFER, from_account="ACC 002", to_account="ACC001"), "Send 5 to ACC 002."),
-    (_with(TRANSFER, from_account="ACC002", to_account="ACC001"), "Send 5 to ACC002, ACC002."),
+    (
+        _with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5),
+        "Send 5 to ACC002, ACC002.",
+    ),
     (_with(TRANSFER, from_account=7), "Send 5 to ACC002 from ACC001."),
     (_with(TRANSFER, to_account="账户二"), "从 ACC001 转 5 到 账户二"),
+    (_with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5), "Send 5 to ACC002."),
+    (
+        _with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5),
+        "Into ACC002 from ACC002: 5.",
+    ),
+    (
+        _with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5),
+        "Send 5 to ACC002 from ACC001.",
+    ),
+    (
+        _with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5),
+        "Send 5 to ACC002, to ACC001.",
+    ),
+    (
+        _with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5),
+        "Send 5 to ACC002 我ACC001",
+    ),
+    (
+        _with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5),
+        "To ACC002_ from ACC001: 5.",
+    ),
     (_with(ORDER, symbol="AMZN1"), "Buy 200 AMZN1 for me."),
     (_with(ORDER, symbol=None), "Buy 200 AMZN for me."),
     (_with(ORDER, side=["buy"]), "Buy 200 AMZN for me."),
@@ -398,7 +422,14 @@ def test_the_params_screen_keeps_every_finding_of_the_rule(tmp_path):
     screened = label_inconsistencies(frame)
     assert screened == label_inconsistencies(frame, screen=False)
     flagged = {f.id for f in screened if f.check == PARAMS_MATCH_REQUEST}
-    assert {"e-1", "e-3", "e-21"} <= flagged  # amounts and days written otherwise
+    reversed_ = _with(TRANSFER, from_account="ACC002", to_account="ACC001", amount=5)
+    expected = [  # amounts and days written otherwise, a reversal
+        (_with(TRANSFER, amount=1_000_001), "Send 1,000,000 from ACC001 to ACC002."),
+        (_with(TRANSFER, amount=25_001), "从 ACC001 转 2.5万 到 ACC002"),
+        (_with(STATEMENT, days=30), "Show ACC001's last 14-day activity."),
+        (reversed_, "Send 5 to ACC002 from ACC001."),
+    ]
+    assert {f"e-{_PARAMS_EDGES.index(case)}" for case in expected} <= flagged
 
 
 def test_a_value_the_history_states_counts_once_the_request_states_one(tmp_path):
