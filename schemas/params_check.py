@@ -141,15 +141,21 @@ def _tool_check(schema: dict[str, Any], params: pl.Expr) -> pl.Expr | None:
     return check
 
 
-def plainly_valid(tool: pl.Expr, params: pl.Expr, catalogue: Catalogue) -> pl.Expr:
-    """Whether polars proves `params` (compact JSON text) valid for `tool` by its catalogue
-    schema; False where it cannot tell (fastjsonschema then judges the row)."""
-    checks = [
-        (spec.name, check)
-        for spec in catalogue.tools
-        if (check := _tool_check(spec.params, params)) is not None
-    ]
-    proven = pl.lit(False)
-    for name, check in reversed(checks):
-        proven = pl.when(tool == name).then(check.fill_null(False)).otherwise(proven)
-    return proven
+def plainly_valid(actions: pl.DataFrame, catalogue: Catalogue) -> pl.Series:
+    """Per row of `actions` (`action_tool`, `action_params`: compact JSON text), whether polars
+    proves the params valid for the tool by its catalogue schema; False where it cannot tell
+    (fastjsonschema then judges the row). Each tool's check runs on that tool's rows only."""
+    proven = []
+    indexed = actions.select("action_tool", "action_params").with_row_index("index")
+    for spec in catalogue.tools:
+        check = _tool_check(spec.params, pl.col("action_params"))
+        if check is not None:
+            rows = indexed.filter(pl.col("action_tool") == spec.name)
+            proven.append(rows.select("index", proven=check.fill_null(False)))
+    found = pl.concat([indexed.select("index").head(0).with_columns(proven=pl.lit(False)), *proven])
+    return (
+        indexed.select("index")
+        .join(found, on="index", how="left", maintain_order="left")
+        .get_column("proven")
+        .fill_null(False)
+    )

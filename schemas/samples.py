@@ -179,9 +179,7 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
     # Many solutions share an action: validate each distinct (tool, params) pair once, in
     # polars where the params are plainly valid (`params_check`), else by fastjsonschema.
     actions = parts.select("action_tool", "action_params").unique()
-    proven = actions.select(
-        plainly_valid(pl.col("action_tool"), pl.col("action_params"), catalogue)
-    ).to_series()
+    proven = plainly_valid(actions, catalogue)
     judged = actions.filter(~proven).with_columns(
         params_error=pl.struct("action_tool", "action_params").map_elements(
             lambda pair: _params_error(pair, catalogue), return_dtype=pl.String

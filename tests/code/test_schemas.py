@@ -323,8 +323,8 @@ def _domain(domain: str):
 def _proven(catalogue, cases: list[tuple[str, str]]) -> list[bool]:
     from toolgrpo.schemas.params_check import plainly_valid
 
-    frame = pl.DataFrame(cases, schema=["tool", "params"], orient="row")
-    return frame.select(plainly_valid(pl.col("tool"), pl.col("params"), catalogue)).to_series()
+    frame = pl.DataFrame(cases, schema=["action_tool", "action_params"], orient="row")
+    return plainly_valid(frame, catalogue)
 
 
 @pytest.mark.parametrize("domain", ["finance", "smart home"])
