@@ -674,9 +674,14 @@ def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spre
     suspects = [pl.DataFrame(schema={ROW: frame.schema[ROW]})]
     for tool, readings in param_readings(catalogue).items():
         checked = tuple(r for r in readings if r.kind is not None or r.role is not None)
-        of_tool = frame.filter(pl.col("tool") == tool).select(ROW, "request", "solution")
-        if checked and of_tool.height:
-            suspects.append(_stated_otherwise(of_tool, checked, spread))
+        of_tool = frame.filter(pl.col("tool") == tool)
+        if not checked or not of_tool.height:
+            continue
+        # each distinct (request, solution) once: repeated rows cost what their texts cost
+        pairs = of_tool.select("request", "solution").unique().with_row_index(ROW)
+        found = pairs.join(_stated_otherwise(pairs, checked, spread), on=ROW, how="semi")
+        pair = ["request", "solution"]
+        suspects.append(of_tool.join(found.select(pair), on=pair, how="semi").select(ROW))
     keys = ["prompt", "solution", "tool"]
     candidates = frame.join(pl.concat(suspects), on=ROW, how="semi")
     distinct = candidates.select(keys).unique()
