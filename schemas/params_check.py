@@ -64,7 +64,7 @@ def _property_check(name: str, schema: object, params: pl.Expr) -> pl.Expr | Non
         check = text.str.starts_with('"')
         if "pattern" in schema:
             pattern = schema["pattern"]
-            if not isinstance(pattern, str) or not _compiles(pattern):
+            if not isinstance(pattern, str) or not polars_compiles(pattern):
                 return None
             # RE2 and polars read ASCII alike; other characters' classes (\w, \d) may differ
             check &= ~value.str.contains(r"[^\x00-\x7f]") & value.str.contains(pattern)
@@ -101,7 +101,7 @@ def _property_check(name: str, schema: object, params: pl.Expr) -> pl.Expr | Non
 
 
 @cache
-def _compiles(pattern: str) -> bool:
+def polars_compiles(pattern: str) -> bool:
     """Whether polars compiles a catalogue pattern (RE2's syntax, mostly Rust regex's)."""
     try:
         pl.select(pl.lit("").str.contains(pattern))

@@ -17,6 +17,7 @@ import polars as pl
 
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.figures import AMOUNT, Amount, amounts_in
+from toolgrpo.schemas.params_check import polars_compiles
 from toolgrpo.schemas.samples import (
     MAX_SOLUTION_CHARS,
     PREVIOUS_STEP_LINE,
@@ -526,16 +527,6 @@ def _long(reads: list[list[tuple[Any, ...]]], schema: dict[str, Any]) -> pl.Data
     return pl.DataFrame(columns)
 
 
-@cache
-def _polars_pattern(source: str) -> bool:
-    """Whether polars compiles a catalogue pattern (RE2's syntax, mostly Rust regex's)."""
-    try:
-        pl.select(pl.lit("").str.contains(source))
-    except pl.exceptions.PolarsError:
-        return False
-    return True
-
-
 def _stated_otherwise(
     rows: pl.DataFrame, readings: tuple[ParamReading, ...], spread: Spread
 ) -> pl.DataFrame:
@@ -544,7 +535,7 @@ def _stated_otherwise(
     (a number among its amounts in bounds, a word its pattern matches, an enum member named),
     or a from/to param whose value the request marks with the other direction; rows polars may
     read otherwise go to the rule."""
-    if any(r.kind == "pattern" and not _polars_pattern(r.pattern.pattern) for r in readings) or any(
+    if any(r.kind == "pattern" and not polars_compiles(r.pattern.pattern) for r in readings) or any(
         not _PARAM_NAME.fullmatch(r.name) for r in readings
     ):
         return rows.select(ROW)
