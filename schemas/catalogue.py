@@ -186,6 +186,8 @@ class Catalogue(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     version: int
+    # who the agent is, in the system prompt's "You are …": a team's own domain, not ours
+    assistant: str = Field("an assistant", min_length=1, max_length=200)
     tools: list[Tool] = Field(min_length=1)
 
     @model_validator(mode="after")

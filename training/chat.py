@@ -15,10 +15,11 @@ from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 # it was trained with.
 @cache
 def system_prompt(catalogue: Catalogue) -> str:
-    """The system turn: the tools of `catalogue` and the answer's format."""
+    """The system turn: who the agent is (the catalogue's `assistant`), the tools of `catalogue`
+    and the answer's format."""
     tools = ", ".join(catalogue.names)
     return (
-        f"You are a financial assistant. Call one tool per step: {tools}. "
+        f"You are {catalogue.assistant}. Call one tool per step: {tools}. "
         "Reply with one JSON object: thought, action {tool, params}, plan."
     )
 

@@ -39,6 +39,7 @@ def _tool(name: str, description: str, keywords: list[str], params: dict, requir
 
 CATALOGUE: dict[str, Any] = {
     "version": 1,
+    "assistant": "a smart-home assistant",
     "tools": [
         _tool(
             "lights_on",

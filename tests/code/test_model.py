@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from toolgrpo.data import DATA_DIR
-from toolgrpo.schemas.catalogue import default_catalogue, load_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue, load_catalogue
 from toolgrpo.training.chat import chat_prompt, system_prompt
 from toolgrpo.training.model import (
     ANSWER_FRAME,
@@ -153,3 +153,19 @@ def test_chat_prompt_has_system_user_and_open_assistant_turn(tiny):
 
 def test_system_prompt_names_every_catalogue_tool():
     assert all(name in system_prompt(default_catalogue()) for name in load_catalogue().names)
+
+
+def test_the_system_prompt_names_the_catalogues_assistant_and_tools():
+    """The shipped catalogue's prompt is the finance one; a team's catalogue brings its own
+    assistant, and one that says none is "an assistant", not a financial one."""
+    from bench.domains import smart_home
+
+    shipped = system_prompt(default_catalogue())
+    assert shipped.startswith(
+        "You are a financial assistant. Call one tool per step: check_balance"
+    )
+    home = system_prompt(smart_home.catalogue())
+    assert home.startswith("You are a smart-home assistant.") and "lights_on" in home
+    values = {k: v for k, v in smart_home.catalogue_values().items() if k != "assistant"}
+    unnamed = Catalogue.model_validate(values)
+    assert system_prompt(unnamed).startswith("You are an assistant.")
