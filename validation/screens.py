@@ -36,10 +36,9 @@ from toolgrpo.validation.spread import Spread
 from toolgrpo.validation.stated_values import (
     ASCII_WORD,
     FROM,
-    ROLE_BEFORE,
-    ROLE_LOOKBACK,
     TO,
     ParamReading,
+    directions_before,
     is_change,
     param_readings,
     with_unit,
@@ -460,9 +459,9 @@ _TOKEN_VALUE = r"^[A-Za-z0-9_]{1,64}$"  # a value `_occurrences` finds only as a
 
 def _directions(text: str, start: int) -> tuple[bool, bool]:
     """Whether the words before `start` mark what stands there as where something goes from,
-    and to (`stated_values._marks`)."""
-    before = text[max(0, start - ROLE_LOOKBACK) : start]
-    return bool(ROLE_BEFORE[FROM].search(before)), bool(ROLE_BEFORE[TO].search(before))
+    and to (`stated_values.directions_before`, as the rule reads them)."""
+    given = directions_before(text, start)
+    return FROM in given, TO in given
 
 
 def _word_character(character: str) -> bool:

@@ -37,7 +37,7 @@ _ROLE_PARTS = {
     TO: {"to", "target", "destination", "dest", "recipient", "into"},
 }
 _ARTICLE = r"(?:\b(?:the|my|our)\s+)?"
-ROLE_BEFORE = {
+_ROLE_BEFORE = {
     FROM: re.compile(rf"(?:\b(?:from|out of)|从|由)\s*{_ARTICLE}$", re.IGNORECASE),
     TO: re.compile(rf"(?:\b(?:to|into|onto)|给|到|向|转入|转给|打给)\s*{_ARTICLE}$", re.IGNORECASE),
 }
@@ -51,7 +51,7 @@ _UNIT_GAP_AFTER = re.compile(r"[\s-]*")
 # the word right before an amount, or the one before it ("volume 4", "volume to 4")
 _UNIT_BEFORE = re.compile(r"\w+(?=\W+(?:\w+\W+)?$)")
 ASCII_WORD = re.compile(r"[A-Za-z0-9_]{1,64}")
-ROLE_LOOKBACK = 12  # characters before a value where its direction word may stand
+_LOOKBACK = 12  # characters before a value where its direction word may stand
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def param_readings(catalogue: Catalogue) -> dict[str, tuple[ParamReading, ...]]:
 
 
 def is_change(text: str, start: int, end: int) -> bool:
-    before = text[max(0, start - ROLE_LOOKBACK) : start]
+    before = text[max(0, start - _LOOKBACK) : start]
     return bool(_CHANGE_BEFORE.search(before) or _CHANGE_AFTER.search(text, end, end + 24))
 
 
@@ -200,16 +200,25 @@ def _occurrences(text: str, reading: ParamReading, value: str) -> list[re.Match[
     return list(re.finditer(edge + re.escape(value) + edge, text))
 
 
+def directions_before(text: str, start: int) -> dict[str, str]:
+    """The directions (from / to) the words right before `start` give what stands there, each
+    with the words that give it ("to ", "给")."""
+    before = text[max(0, start - _LOOKBACK) : start]
+    return {
+        role: word.group(0)
+        for role, pattern in _ROLE_BEFORE.items()
+        if (word := pattern.search(before))
+    }
+
+
 def _marks(text: str, reading: ParamReading, value: str) -> dict[str, str] | None:
     """The directions `text` gives `value` (from / to), each with the words that give it;
     None when `text` does not write `value`."""
     marks: dict[str, str] = {}
     found = _occurrences(text, reading, value)
     for match in found:
-        before = text[max(0, match.start() - ROLE_LOOKBACK) : match.start()]
-        for role, pattern in ROLE_BEFORE.items():
-            if word := pattern.search(before):
-                marks.setdefault(role, f"{word.group(0)}{match.group(0)}")
+        for role, word in directions_before(text, match.start()).items():
+            marks.setdefault(role, f"{word}{match.group(0)}")
     return marks if found else None
 
 
