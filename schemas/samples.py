@@ -93,6 +93,11 @@ def is_condition_fails(kind: str, tool: str, condition: str | None = None) -> bo
     return kind == "multi" and tool == "respond"
 
 
+def is_conditional(kind: str, tool: str, condition: str | None = None) -> bool:
+    """`condition_branch` is not null for one row (either branch)."""
+    return condition == "holds" or is_condition_fails(kind, tool, condition)
+
+
 CONTRACT_COLUMNS = list(SampleRecord.model_fields)
 RECORD_SCHEMA = pl.Schema(
     {

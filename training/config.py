@@ -276,7 +276,9 @@ class GRPOSection(TrlSection):
     """GRPO with NGRPO calibration from the SFT model: `NGRPOConfig` arguments (TRL's names plus
     NGRPO's) and the reward's points. Changes the weights."""
 
-    own_fields = frozenset({"prompts_per_step", "ngrpo_max_reward", "reward_points"})
+    own_fields = frozenset(
+        {"prompts_per_step", "conditional_repeat", "ngrpo_max_reward", "reward_points"}
+    )
 
     max_steps: int = Field(70, gt=0, description="optimiser steps")
     learning_rate: float = Field(
@@ -284,6 +286,14 @@ class GRPOSection(TrlSection):
     )
     prompts_per_step: int = Field(
         4, gt=0, description="prompts per optimiser step, each sampled num_generations times"
+    )
+    # GRPO sees max_steps × prompts_per_step prompts (160 in the cpu preset), ~18% of them
+    # conditional steps on the shipped rows: repeating those spends the RL steps on the decisions
+    # the SFT model still gets wrong most (docs/experiments/default-model.md).
+    conditional_repeat: int = Field(
+        1,
+        ge=1,
+        description="times each conditional step (either branch) appears among GRPO's prompts",
     )
     num_generations: int = Field(
         8,

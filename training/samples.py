@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
-from toolgrpo.schemas.samples import is_condition_fails
+from toolgrpo.schemas.samples import is_condition_fails, is_conditional
 from toolgrpo.training.chat import system_prompt
 from toolgrpo.training.config import TrainConfig
 
@@ -85,9 +85,17 @@ def aux_rows(config: TrainConfig, task_rows: int) -> list[Row]:
 
 
 def grpo_rows(config: TrainConfig) -> list[Row]:
-    """Every training row, single-step and multi-step (as the case study's GRPO round)."""
+    """Every training row, single-step and multi-step (as the case study's GRPO round), each
+    conditional step `grpo.conditional_repeat` times."""
     single, multi = _training_files(config)
-    return _subset(single + multi, config)
+    repeat = config.grpo.conditional_repeat
+    return [
+        row
+        for row in _subset(single + multi, config)
+        for _ in range(
+            repeat if is_conditional(row["kind"], row["tool"], row.get("condition")) else 1
+        )
+    ]
 
 
 def tokenizer_corpus(

@@ -15,7 +15,7 @@ from trl import SFTConfig
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.schemas.catalogue import default_catalogue
-from toolgrpo.schemas.samples import is_condition_fails
+from toolgrpo.schemas.samples import is_condition_fails, is_conditional
 from toolgrpo.training import Preset
 from toolgrpo.training import overrides as overrides_module
 from toolgrpo.training.__main__ import main as training_main
@@ -315,6 +315,19 @@ def test_condition_fails_rows_repeat_in_both_stages():
         respond = sum(is_condition_fails(row["kind"], row["tool"]) for row in rows(plain))
         assert respond > 0
         assert len(rows(weighted)) == len(rows(plain)) + 2 * respond
+
+
+def test_conditional_steps_repeat_among_grpo_prompts_only():
+    plain = load_preset("cpu")
+    weighted = load_preset("cpu", {"grpo.conditional_repeat": 4})
+    conditional = [
+        row
+        for row in grpo_rows(plain)
+        if is_conditional(row["kind"], row["tool"], row.get("condition"))
+    ]
+    assert {row.get("condition") for row in conditional} == {"holds", "fails"}
+    assert len(grpo_rows(weighted)) == len(grpo_rows(plain)) + 3 * len(conditional)
+    assert sft_rows(weighted) == sft_rows(plain)
 
 
 def test_typed_overrides_are_the_dotted_overrides_by_section():

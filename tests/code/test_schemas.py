@@ -18,6 +18,7 @@ from toolgrpo.schemas.samples import (
     check_rule,
     condition_branch,
     is_condition_fails,
+    is_conditional,
     normalise_prompt,
     normalised_prompt,
 )
@@ -279,6 +280,7 @@ def test_one_row_condition_rule_is_the_column_rule(kind, tool, condition):
         condition_branch(pl.col("condition"), pl.col("kind"), pl.col("tool"))
     ).item()
     assert is_condition_fails(kind, tool, condition) == (branch == "condition_fails")
+    assert is_conditional(kind, tool, condition) == (branch is not None)
 
 
 # --- params checked in polars (`schemas.params_check`) ------------------------------------------
