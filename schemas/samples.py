@@ -160,27 +160,41 @@ def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> pl.DataFrame:
-    """`frame` with the solution's typed parts as columns, each null unless it has its type, and
-    what `catalogue` (default: the shipped one) says of the row's tools.
+# The columns `solution_parts` adds: a later reader (the context checks) finds them there.
+SOLUTION_PARTS = ("solution_is_object", "thought", "action_tool", "action_params", "plan")
 
-    `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
-    compact JSON); `plan` (a list of strings, as compact JSON); `params_error` (why the params do
-    not fit the tool's JSON Schema); `tool_known` (`tool` is a catalogue tool). Each distinct
-    solution is parsed once.
-    """
-    catalogue = catalogue or default_catalogue()
+
+def _parts_by_solution(frame: pl.DataFrame) -> pl.DataFrame:
+    """`_solution_parts` of each distinct solution of `frame`, a slice at a time: the re-encoded
+    JSON of a million distinct solutions at once took ~0.6 GB more than the frame itself."""
     distinct = frame.select(pl.col("solution").unique(maintain_order=True))
-    # a slice at a time: the re-encoded JSON (`_solution_parts`) of a million distinct
-    # solutions at once took ~0.6 GB more than the frame itself
-    parts = (
-        pl.concat(
-            [_solution_parts(chunk) for chunk in distinct.iter_slices(_SOLUTIONS_PER_SLICE)],
-            how="vertical",
-        )
-        if distinct.height
-        else _solution_parts(distinct)
-    )
+    if not distinct.height:
+        return _solution_parts(distinct)
+    slices = distinct.iter_slices(_SOLUTIONS_PER_SLICE)
+    return pl.concat([_solution_parts(chunk) for chunk in slices], how="vertical")
+
+
+def _beside(frame: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `parts`' columns (keyed by solution) looked up by the key column alone, then
+    set beside the frame's own (a join of the whole frame would copy every column of every row)."""
+    found = frame.select("solution").join(parts, on="solution", how="left", maintain_order="left")
+    return frame.hstack(found.drop("solution").get_columns())
+
+
+def solution_parts(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its solution's typed parts as columns (`SOLUTION_PARTS`), each null unless
+    it has its type: `solution_is_object`; `thought` and `action_tool` (strings);
+    `action_params` (an object, as compact JSON); `plan` (a list of strings, as compact JSON).
+    Each distinct solution is parsed once."""
+    return _beside(frame, _parts_by_solution(frame))
+
+
+def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> pl.DataFrame:
+    """`frame` with the solution's typed parts (`solution_parts`) and what `catalogue` (default:
+    the shipped one) says of the row's tools: `params_error` (why the params do not fit the
+    tool's JSON Schema); `tool_known` (`tool` is a catalogue tool)."""
+    catalogue = catalogue or default_catalogue()
+    parts = _parts_by_solution(frame)
     # Many solutions share an action: validate each distinct (tool, params) pair once, in
     # polars where the params are plainly valid (`params_check`), else by fastjsonschema.
     actions = parts.select("action_tool", "action_params").unique()
@@ -194,11 +208,7 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
         [actions.filter(proven).with_columns(params_error=pl.lit(None, pl.String)), judged]
     )
     parts = parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
-    # looked up by the key column alone, then set beside the frame's own columns (a join of the
-    # whole frame would copy every column of every row)
-    found = frame.select("solution").join(parts, on="solution", how="left", maintain_order="left")
-    parsed = frame.hstack(found.drop("solution").get_columns())
-    return parsed.with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
+    return _beside(frame, parts).with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
 
 
 def previous_steps_listed() -> pl.Expr:

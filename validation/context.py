@@ -12,7 +12,7 @@ import polars as pl
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.samples import condition_branch
 from toolgrpo.validation.label_rules import LABEL_COLUMNS, RULES, Label, LabelInconsistency
-from toolgrpo.validation.screens import NEEDED, ROW, screens
+from toolgrpo.validation.screens import NEEDED, PARTS_READ, ROW, screens
 from toolgrpo.validation.spread import CHUNKS_PER_WORKER, Spread
 
 # ... and from this many rows the rules read (~0.5 ms a row), they run in the workers too.
@@ -59,8 +59,8 @@ def label_inconsistencies(
     workers: int | None = None,
 ) -> list[LabelInconsistency]:
     """What every rule finds in `rows` (the loader's frame: the data contract's columns with
-    `file` and `line`), in row order, then rule order; tools and keywords are `catalogue`'s
-    (default: the shipped one).
+    `file` and `line`, and the solutions' parts where the gate has parsed them), in row order,
+    then rule order; tools and keywords are `catalogue`'s (default: the shipped one).
 
     The rules read rows in Python (~0.5 ms a row), so `screen` first rules out, in polars, the
     rows a rule is certain to pass (`screens`) and runs each rule on the rest only, with their
@@ -79,7 +79,8 @@ def label_inconsistencies(
     rules = [rule.__name__ for rule in RULES]
     if screen:
         # the screens read these columns only; the rows they leave are gathered once, after
-        screened = screens(frame.select(ROW, *_SCREENED_COLUMNS), catalogue, spread)
+        parsed = [part for part in PARTS_READ if part in frame.columns]
+        screened = screens(frame.select(ROW, *_SCREENED_COLUMNS, *parsed), catalogue, spread)
         flags = screened.filter(NEEDED).select(ROW, *rules)
         del screened
         frame = frame.join(flags, on=ROW).sort(ROW)

@@ -33,6 +33,7 @@ from toolgrpo.schemas.samples import (
 )
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.loader import LoadedSamples
+from toolgrpo.validation.screens import PARTS_READ
 
 COUNT_DIMENSIONS = ("kind", "lang", "tool", "step")  # of readable rows; files count every row
 # Not a row rule of `Sample`: the whole table failed a structural check (should not happen for
@@ -66,7 +67,11 @@ class DataGateFailed(RuntimeError):
 def schema_failures(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> list[Problem]:
     """Every (row, check) that breaks the row contract (tools and params of `catalogue`, default
     the shipped one), located by the frame's file and line."""
-    parsed = parse_solution(frame, catalogue)
+    return contract_failures(parse_solution(frame, catalogue))
+
+
+def contract_failures(parsed: pl.DataFrame) -> list[Problem]:
+    """`schema_failures` of rows whose solutions `parse_solution` has parsed."""
     try:
         ParsedSample.validate(parsed, lazy=True)
     except pandera.errors.SchemaErrors as errors:
@@ -212,9 +217,10 @@ def validate_samples(
     frame = loaded.frame
     train, evaluation = set(train_files or ()), set(eval_files or ())
     leaks = leaked_eval_rows(frame, train, evaluation)
-    failures = sorted(
-        [*loaded.problems, *schema_failures(frame, catalogue), *leaks], key=report_order
-    )
+    # the solutions parsed once: the contract checks their parts, the context checks read them
+    parsed = parse_solution(frame, catalogue)
+    failures = sorted([*loaded.problems, *contract_failures(parsed), *leaks], key=report_order)
+    parsed = parsed.select(*frame.columns, *PARTS_READ)
     files = list(dict.fromkeys(loaded.files))
     known = train | evaluation
     pairs = [
@@ -235,13 +241,14 @@ def validate_samples(
         warnings=[
             *loaded.warnings,
             *shared_between_files(frame, pairs),
-            *context_warnings(frame, catalogue),
+            *context_warnings(parsed, catalogue),
         ],
     )
 
 
 def context_warnings(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> list[str]:
-    """One `file:line: id: evidence [check: rule]` line per label its context contradicts."""
+    """One `file:line: id: evidence [check: rule]` line per label its context contradicts
+    (`frame`: the loader's, with the solutions' parts where they are parsed already)."""
     return [str(found.problem()) for found in label_inconsistencies(frame, catalogue)]
 
 

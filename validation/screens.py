@@ -22,6 +22,7 @@ from toolgrpo.schemas.samples import (
     MAX_SOLUTION_CHARS,
     PREVIOUS_STEP_LINE,
     PREVIOUS_STEPS_HEADER,
+    solution_parts,
 )
 from toolgrpo.validation.label_rules import (
     REPLY_TOOL,
@@ -48,6 +49,9 @@ from toolgrpo.validation.wording import (
 )
 
 ROW = "_row"
+# the solution's parts the screens read (`schemas.samples.solution_parts`): the data gate has
+# parsed them already; other callers' rows are parsed here
+PARTS_READ = ("thought", "action_params", "plan")
 NEEDED = "_needed"  # a row some rule runs on, or a row of a scenario some scenario rule reads
 _SCENARIO_RULES = ("step_matches_history", "step_not_repeated", "step_named_by_request")
 # Python's JSON reader refuses digit runs over 4,300 and `first_json_object` reads 20,000
@@ -544,16 +548,18 @@ def _stated_otherwise(
     digits_matter = any(c in "0123456789" for pattern in said for c in pattern)
     text = pl.col("request") if digits_matter else _shapes(pl.col("request"))
     kept = [r for r in readings if r.kind in ("number", "enum")]
-    params = pl.col("solution").str.json_path_match("$.action.params")
-    rows = rows.with_columns(text=text, params=params).with_columns(
-        **{f"value_{r.name}": pl.col("params").str.json_path_match(f"$.{r.name}") for r in readings}
+    rows = rows.with_columns(text=text).with_columns(
+        **{
+            f"value_{r.name}": pl.col("action_params").str.json_path_match(f"$.{r.name}")
+            for r in readings
+        }
     )
     # where a from/to param's value stands is read from the request's words
     words = any(r.role is not None and r.kind != "enum" for r in readings)
     texts = rows.select("text").unique() if kept or words else rows.select("text").head(0)
     reads = spread.map(_request_reads, list(texts.iter_rows()), tuple(kept), words)
     texts = texts.with_row_index("text_id")
-    rows = rows.join(texts, on="text", how="left").drop("text", "params")
+    rows = rows.join(texts, on="text", how="left").drop("text", "action_params")
     tables = {"words": _long([read[0] for read in reads], _WORDS)}
     for i, r in enumerate(kept, start=1):
         schema = _AMOUNTS if r.kind == "number" else _MEMBERS
@@ -596,21 +602,23 @@ def _amounts_otherwise(
     spans = rows.select(ROW, "request", "text_id", given=value.cast(pl.Float64, strict=False)).join(
         amounts.rename({k: f"amount_{k}" for k in _AMOUNTS}), on="text_id"
     )
-    amount = _figure_values(spans, "request", "amount")
+    spans = spans.select(ROW, "given", amount=_figure_values(spans, "request", "amount"))
+    amount, given = pl.col("amount"), pl.col("given")
     low, high = pl.lit(reading.low), pl.lit(reading.high)
     in_bounds = (amount >= low if reading.low_inclusive else amount > low) & (
         amount <= high if reading.high_inclusive else amount < high
     )
     if reading.integer:
         in_bounds = in_bounds & (amount == amount.floor())
-    given = pl.col("given")
     # `math.isclose`'s relative tolerance, a hair tighter: what polars calls close, Python does
     close = (amount - given).abs() <= 0.999e-9 * pl.max_horizontal(amount.abs(), given.abs())
-    judged = spans.group_by(ROW).agg(
-        unread=amount.is_null().any(),
-        stated=in_bounds.fill_null(False).any(),
-        matched=(in_bounds & close).fill_null(False).any(),
+    spans = spans.select(
+        ROW,
+        unread=amount.is_null(),
+        stated=in_bounds.fill_null(False),
+        matched=(in_bounds & close).fill_null(False),
     )
+    judged = spans.group_by(ROW).agg(pl.all().any())
     return judged.filter(pl.col("unread") | (pl.col("stated") & ~pl.col("matched"))).select(ROW)
 
 
@@ -662,15 +670,17 @@ def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spre
     request stating otherwise (`_stated_otherwise`), each distinct (prompt, solution, tool)
     of them judged by the rule once (it reads nothing else)."""
     suspects = [pl.DataFrame(schema={ROW: frame.schema[ROW]})]
+    narrow = frame.select(ROW, "tool", "request", "solution", "action_params")
+    by_tool = narrow.partition_by("tool", as_dict=True, include_key=False)
     for tool, readings in param_readings(catalogue).items():
         checked = tuple(r for r in readings if r.kind is not None or r.role is not None)
-        of_tool = frame.filter(pl.col("tool") == tool)
-        if not checked or not of_tool.height:
+        of_tool = by_tool.get((tool,))
+        if not checked or of_tool is None:
             continue
         # each distinct (request, solution) once: repeated rows cost what their texts cost
-        pairs = of_tool.select("request", "solution").unique().with_row_index(ROW)
-        found = pairs.join(_stated_otherwise(pairs, checked, spread), on=ROW, how="semi")
         pair = ["request", "solution"]
+        pairs = of_tool.unique(subset=pair).drop(ROW).with_row_index(ROW)
+        found = pairs.join(_stated_otherwise(pairs, checked, spread), on=ROW, how="semi")
         suspects.append(of_tool.join(found.select(pair), on=pair, how="semi").select(ROW))
     keys = ["prompt", "solution", "tool"]
     candidates = frame.join(pl.concat(suspects), on=ROW, how="semi")
@@ -689,22 +699,15 @@ def screens(
     judged by `spread`'s workers (default: in this process)."""
     spread = spread or Spread(1)
     parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
-    solution = pl.col("solution")
-    # each distinct solution parsed once, as `schemas.samples.parse_solution` does
-    solutions = (
-        frame.select("solution")
-        .unique()
-        .with_columns(
-            thought=solution.str.json_path_match("$.thought"),
-            first_planned=solution.str.json_path_match("$.plan[0]"),
-        )
+    if not set(PARTS_READ) <= set(frame.columns):
+        frame = solution_parts(frame)
+    plans = frame.select(pl.col("plan").unique()).with_columns(
+        first_planned=pl.col("plan").str.json_path_match("$[0]")
     )
     frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
     # looked up by the key alone and set beside the frame (joining it would copy every column)
-    found = frame.select("solution").join(
-        solutions, on="solution", how="left", maintain_order="left"
-    )
-    frame = frame.hstack(found.drop("solution").get_columns())
+    found = frame.select("plan").join(plans, on="plan", how="left", maintain_order="left")
+    frame = frame.hstack([found.get_column("first_planned")])
     lines = _history_lines(frame)
     frame = _history_screens(frame, lines).with_columns(
         thought_announces_action=_inconsistent(frame, "thought", catalogue, spread),

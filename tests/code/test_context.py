@@ -15,6 +15,7 @@ import pytest
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
 from toolgrpo.schemas.figures import Amount, amounts_in
+from toolgrpo.schemas.samples import parse_solution
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
 from toolgrpo.validation import context, spread
@@ -30,6 +31,7 @@ from toolgrpo.validation.label_rules import (
     THOUGHT_ANNOUNCES_ACTION,
     LabelInconsistency,
 )
+from toolgrpo.validation.screens import PARTS_READ
 
 # --- amounts ---------------------------------------------------------------------------------
 
@@ -574,6 +576,50 @@ def test_the_screens_keep_every_finding_of_every_rule_on_every_row(tmp_path):
     }
     branches = {found.id for found in screened if found.check == BRANCH_MATCHES_FIGURES}
     assert {"latest balance-3", "listed twice-2", "branch digit-2"} <= branches
+
+
+def _odd_solutions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` with their solutions written in ways the contract's parts read as null or the
+    rules read leniently: a thought, params or plan of another JSON type, text after the
+    object, a key given twice."""
+    odd = []
+    for number, row in enumerate(rows):
+        solution = json.loads(row["solution"])
+        action = solution["action"]
+        variants = {
+            "number thought": {**solution, "thought": 5},
+            "params as text": {
+                **solution,
+                "action": {**action, "params": json.dumps(action["params"])},
+            },
+            "plan of numbers": {**solution, "plan": [1, *solution["plan"]]},
+        }
+        texts = {name: json.dumps(value) for name, value in variants.items()}
+        texts["text after"] = row["solution"] + " and so on"
+        texts["thought twice"] = row["solution"].replace("{", '{"thought": "I buy AMZN.", ', 1)
+        for name, text in texts.items():
+            scenario_id = f"{row['scenario_id']} {name}#{number}"
+            odd.append(
+                row | {"id": f"{row['id']} {name}", "scenario_id": scenario_id, "solution": text}
+            )
+    return odd
+
+
+def test_the_parts_the_gate_parsed_give_the_findings_of_every_rule_on_every_row(tmp_path):
+    """The data gate hands the context checks the solutions' parts it parsed for the contract
+    (`parse_solution`); read from them, the screens find what every rule on every row finds,
+    also where a part is of another type or the solution is read leniently by the rules."""
+    shipped = load_samples.fn(sorted(DATA_DIR.glob("*/*.jsonl"))).frame
+    broken = one_broken_row_per_rule()
+    edges = [
+        _single(label, text) | {"id": f"e-{i}", "scenario_id": f"e{i}"}
+        for i, (label, text) in enumerate(_PARAMS_EDGES)
+    ]
+    frame = pl.concat([shipped, loaded_rows(tmp_path, *broken, *edges, *_odd_solutions(edges))])
+    parsed = parse_solution(frame).select(*frame.columns, *PARTS_READ)
+    reference = label_inconsistencies(frame, screen=False)
+    assert label_inconsistencies(parsed) == reference
+    assert {found.check for found in reference} >= {PARAMS_MATCH_REQUEST, STEP_NAMED_BY_REQUEST}
 
 
 def test_findings_judged_on_worker_processes_are_those_of_every_rule_on_every_row(
