@@ -12,7 +12,8 @@ quotes (`bench/validate.py`'s distinct rows: real data's variety, labels valid).
 The row-by-row reference (`screen=False`, ~0.5 ms a row) runs on the first `reference_rows`
 rows of each variant, where both must find exactly the same; the screened checks also run on
 all rows with each number of workers (`label_inconsistencies(workers=…)`, found the same).
-Prints seconds, µs per row and the speed-up, with the machine's load average.
+Every frame carries the solutions' parts the data gate's row contract parsed (as the gate hands
+them over). Prints seconds, µs per row and the speed-up, with the machine's load average.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import polars as pl
 from validate import distinct_rows  # bench/validate.py, next to this script
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.samples import solution_parts
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.loader import load_samples
+from toolgrpo.validation.screens import PARTS_READ
 
 SHIPPED = ["train/single_step.jsonl", "train/multistep.jsonl", "eval/single_step.jsonl"]
 SHIPPED += ["eval/multistep.jsonl", "eval/unseen_phrasing.jsonl"]
@@ -69,11 +72,13 @@ def rows_of(variant: str, rows: int) -> pl.DataFrame:
 
 
 def load_frame(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame`'s rows as the loader gives them (with `file` and `line`)."""
+    """`frame`'s rows as the data gate hands them to the context checks: the loader's (with `file`
+    and `line`) and the solutions' parts the row contract parsed (its cost, not theirs)."""
     with tempfile.TemporaryDirectory(prefix="bench-context-") as folder:
         path = Path(folder, "rows.jsonl")
         frame.write_ndjson(path)
-        return load_samples([path]).frame
+        loaded = load_samples([path]).frame
+    return solution_parts(loaded).select(*loaded.columns, *PARTS_READ)
 
 
 def _timed(frame: pl.DataFrame, screen: bool, workers: int = 1) -> tuple[float, list]:
