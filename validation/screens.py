@@ -459,6 +459,7 @@ _AMOUNTS = {"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64}
 _MEMBERS = {"member": pl.String, FROM: pl.Boolean, TO: pl.Boolean}
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a JSON path reads as written
 _TOKEN_VALUE = r"^[A-Za-z0-9_]{1,64}$"  # a value `_occurrences` finds only as a whole word
+_REPEAT_COUNT = re.compile(r"(?<=[^(|\\])\{[0-9]+(?:,[0-9]*)?\}")  # `{3}`, `{0,3}`, `{2,}`
 
 
 def _directions(text: str, start: int) -> tuple[bool, bool]:
@@ -472,6 +473,13 @@ def _word_character(character: str) -> bool:
     r"""Whether `character` is one regex `\w` matches in a `str` (Unicode letters and digits,
     the underscore); False for no character (the text's edge)."""
     return character.isalnum() or character == "_"
+
+
+def _reads_digits(pattern: str) -> bool:
+    """Whether regex `pattern` may match a text otherwise once its ASCII digits are zeroed: it
+    writes a digit other than in a repeat count (`{0,3}`; a brace after `(`, `|`, a backslash or
+    at the start is read as written). `\\d`, `\\w`, `\\b` treat all ASCII digits alike."""
+    return any(c in "0123456789" for c in _REPEAT_COUNT.sub("", pattern))
 
 
 def _request_reads(
@@ -545,7 +553,7 @@ def _stated_otherwise(
     # the members' and units' words: with no digit, a request reads as its shape
     said = [p.pattern for r in readings for _, p in r.members]
     said += [r.units.pattern for r in readings if r.units is not None]
-    digits_matter = any(c in "0123456789" for pattern in said for c in pattern)
+    digits_matter = any(_reads_digits(pattern) for pattern in said)
     text = pl.col("request") if digits_matter else _shapes(pl.col("request"))
     kept = [r for r in readings if r.kind in ("number", "enum")]
     rows = rows.with_columns(text=text).with_columns(

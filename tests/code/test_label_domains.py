@@ -17,7 +17,7 @@ from tests.code.test_context import loaded_rows
 from toolgrpo.data import DATA_DIR
 from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.report import mine_errors
-from toolgrpo.schemas.catalogue import default_catalogue
+from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST, STEP_NAMED_BY_REQUEST
 
@@ -179,3 +179,34 @@ def test_wrong_params_reach_the_review_queue_as_a_label_inconsistency(tmp_path):
     assert finding.evidence.startswith(
         f'{PARAMS_MATCH_REQUEST}: side sell, where the request states buy ("Buy")'
     )
+
+
+@pytest.mark.parametrize(("request_text", "flagged"), [("mode 2", True), ("mode 3", False)])
+def test_a_member_keyword_with_a_digit_is_read_with_the_digits_written(
+    tmp_path, request_text, flagged
+):
+    """A team names a thermostat mode by its number ("mode 2" is heat): the params screen reads
+    such requests as written, not with their digits zeroed ("mode 0" names no mode), so
+    "mode 2" labelled cool is flagged; "mode 3" is not."""
+    values = smart_home.catalogue_values()
+    (thermostat,) = [tool for tool in values["tools"] if tool["name"] == "set_thermostat"]
+    thermostat["params"]["properties"]["mode"]["x-keywords"]["heat"].append("mode 2")
+    home = Catalogue.model_validate(values)
+    params = {"room": "hallway", "temperature": 21, "mode": "cool"}
+    thought = "I set the hallway to 21 degrees."
+    solution = {"thought": thought, "action": {"tool": "set_thermostat", "params": params}}
+    row = {
+        "id": "t-1",
+        "scenario_id": "t",
+        "kind": "single",
+        "lang": "en",
+        "step": 1,
+        "n_steps": 1,
+        "prompt": f"Set the hallway thermostat to 21 degrees, {request_text}.",
+        "solution": json.dumps(solution | {"plan": [thought]}),
+        "tool": "set_thermostat",
+    }
+    frame = loaded_rows(tmp_path, row)
+    found = label_inconsistencies(frame, home)
+    assert found == label_inconsistencies(frame, home, screen=False)
+    assert [(f.id, f.check) for f in found] == ([("t-1", PARAMS_MATCH_REQUEST)] if flagged else [])
