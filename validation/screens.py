@@ -726,5 +726,6 @@ def screens(
     )
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))
-    scenario_read = pl.any_horizontal(_SCENARIO_RULES).any().over("scenario_id")
+    read = frame.filter(pl.any_horizontal(_SCENARIO_RULES)).get_column("scenario_id").unique()
+    scenario_read = pl.col("scenario_id").is_in(read.implode())
     return frame.with_columns((pl.any_horizontal(rules) | scenario_read).alias(NEEDED))
