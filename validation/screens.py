@@ -141,8 +141,8 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
         solution.str.len_chars() > _POLARS_READABLE_CHARS
     )
     pairs = (
-        frame.filter(pl.col(text).is_not_null() & tool.is_in(list(catalogue.names)))
-        .select(text, "tool")
+        frame.select(text, "tool")
+        .filter(pl.col(text).is_not_null() & tool.is_in(list(catalogue.names)))
         .unique()
         .with_columns(wording=_wording(pl.col(text), catalogue))
         .filter(_may_name_another_tool(pl.col("wording"), tool, catalogue))
@@ -151,7 +151,8 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
     contradicts = spread.map(_contradicts, list(judged.iter_rows()), catalogue)
     judged = judged.filter(pl.Series(contradicts, dtype=pl.Boolean))
     contradicted = pairs.join(judged, on=["wording", "tool"], how="semi").select(text, "tool")
-    rows = frame.join(contradicted, on=[text, "tool"], how="semi").get_column(ROW)
+    rows = frame.select(ROW, text, "tool").join(contradicted, on=[text, "tool"], how="semi")
+    rows = rows.get_column(ROW)
     return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(rows.implode())
 
 
@@ -172,12 +173,14 @@ def _unnamed_last_steps(
     step = pl.col("step")
     # a scenario as the rule reads it: each step's first row
     scenarios = (
-        frame.unique(["scenario_id", "step"], keep="first")
+        frame.select("scenario_id", "step", "branch")
+        .unique(["scenario_id", "step"], keep="first")
         .group_by("scenario_id")
         .agg(last=step.max(), conditional=pl.col("branch").is_not_null().any())
     )
     rows = (
-        frame.filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
+        frame.select(ROW, "scenario_id", "step", "tool", "request")
+        .filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
         .join(scenarios, on="scenario_id")
         .filter((step == pl.col("last")) & ~pl.col("conditional"))
         .select(ROW, "tool", wording=_wording(pl.col("request"), catalogue))
@@ -205,7 +208,8 @@ def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
     the step number, tool and observation, and `unsure` where the history has characters polars
     could read otherwise than Python."""
     return (
-        frame.filter(pl.col("history").is_not_null())
+        frame.select(ROW, "scenario_id", "tool", "history")
+        .filter(pl.col("history").is_not_null())
         .select(
             ROW,
             "scenario_id",
@@ -422,7 +426,7 @@ def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame, spread: Spr
     (`figures_verdict` of its request and latest balance and quote — without either, the latest
     step's observation, read as a quote — read in polars by `_figures_holding`) point at the branch
     it does not take, or whose history polars may read otherwise."""
-    conditional = frame.filter(pl.col("branch").is_not_null()).select(ROW, "request", "branch")
+    conditional = frame.select(ROW, "request", "branch").filter(pl.col("branch").is_not_null())
     for tool in ("check_balance", "get_quote"):
         conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
     latest = lines.group_by(ROW).agg(latest=pl.col("observation").sort_by("recorded_step").last())
@@ -691,7 +695,7 @@ def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spre
         found = pairs.join(_stated_otherwise(pairs, checked, spread), on=ROW, how="semi")
         suspects.append(of_tool.join(found.select(pair), on=pair, how="semi").select(ROW))
     keys = ["prompt", "solution", "tool"]
-    candidates = frame.join(pl.concat(suspects), on=ROW, how="semi")
+    candidates = frame.select(ROW, *keys).join(pl.concat(suspects), on=ROW, how="semi")
     distinct = candidates.select(keys).unique()
     judged = spread.map(_params_flagged, list(distinct.iter_rows()), catalogue)
     flagged = pl.Series(judged, dtype=pl.Boolean)
