@@ -311,7 +311,9 @@ def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Row
         numbered = numbered.filter(~blank)
     rows = numbered.with_columns(canonical=pl.col("text").str.contains(_CANONICAL_ROW)).collect()
     every_line_a_row = rows.height == lines.height
-    del lines  # a second copy of the file's text: gone before the rows are decoded
+    # a second copy of the file's text (the lazy frame holds it too): gone before the rows are
+    # decoded
+    del lines, numbered
     canonical = rows["canonical"]
     others = rows.filter(~canonical)  # polars checks these more slowly, pydantic reads the rest
     plain_others = others.lazy().filter(_plain_row(pl.col("text"))).collect()
