@@ -152,8 +152,7 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
     judged = judged.filter(pl.Series(contradicts, dtype=pl.Boolean))
     contradicted = pairs.join(judged, on=["wording", "tool"], how="semi").select(text, "tool")
     rows = frame.select(ROW, text, "tool").join(contradicted, on=[text, "tool"], how="semi")
-    rows = rows.get_column(ROW)
-    return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(rows.implode())
+    return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(rows.get_column(ROW).implode())
 
 
 def _times(rows: pl.DataFrame, tools: str) -> pl.DataFrame:
