@@ -20,7 +20,15 @@ from typing import Any, Literal, NamedTuple
 
 from toolgrpo.generator.comparisons import drill_figures, walked
 from toolgrpo.generator.numeracy import EXERCISES_FILE, build_exercises, comparison_drills
-from toolgrpo.generator.phrases import LANGS, Lang, PhraseList, counts, tool_phrases
+from toolgrpo.generator.phrases import (
+    LANGS,
+    Lang,
+    PhraseList,
+    ScenarioPhrases,
+    ToolPhrases,
+    counts,
+    tool_phrases,
+)
 from toolgrpo.generator.scenarios import PATTERNS
 from toolgrpo.generator.slots import Slots, draw_slots
 from toolgrpo.generator.steps import Step, planted_check_first, single_step
@@ -51,6 +59,11 @@ REDRAW_ROUNDS = 8
 WALKED_MULTISTEP_FILE = "aux/walked/multistep.jsonl"
 WALKED_DRILLS_FILE = "aux/walked/comparisons.jsonl"
 WALKED_DRILLS = 4000
+# The phrase tables' paraphrases (more ways to ask than the trained requests, none of them an
+# unseen-phrasing template), each drawn this many times as the training scenarios are: rows a
+# preset mixes into SFT (`data.train_aux`) to learn wording beyond the trained templates.
+PHRASINGS_FILE = "aux/phrasings.jsonl"
+PHRASING_DRAWS = 3
 PLANTED_WHY = (
     "Single-step rows worded as plain withdraw requests (same templates as genuine withdraw "
     "rows) but labelled check_balance under a check-first policy, like the case study's "
@@ -103,6 +116,7 @@ class Dataset:
     redraws: list[dict[str, Any]] = field(default_factory=list)
     walked_multistep: list[dict[str, Any]] = field(default_factory=list)
     walked_drills: list[dict[str, Any]] = field(default_factory=list)
+    phrasings: list[dict[str, Any]] = field(default_factory=list)
 
     def rows_by_file(self) -> dict[str, list[dict[str, Any]]]:
         """Every JSONL file's rows by its path under the data folder, auxiliary ones included."""
@@ -111,6 +125,7 @@ class Dataset:
             REDRAWS_FILE: self.redraws,
             WALKED_MULTISTEP_FILE: self.walked_multistep,
             WALKED_DRILLS_FILE: self.walked_drills,
+            PHRASINGS_FILE: self.phrasings,
         }
 
 
@@ -157,7 +172,8 @@ def _row(row_id: str, scenario_id: str, kind: Kind, index: int, drawn: _Drawn) -
 class ScenarioBuilder:
     """Draws scenarios with one RNG, keeping every request unique across all files (unless
     `unique_requests` is off: a corpus drawing many times more requests than a template has
-    slot values); `walked`: conditional steps reasoned in the walked form (same draws)."""
+    slot values); `walked`: conditional steps reasoned in the walked form (same draws);
+    `paraphrased`: requests worded by the phrase tables' `paraphrases`, not their `requests`."""
 
     def __init__(
         self,
@@ -166,11 +182,13 @@ class ScenarioBuilder:
         *,
         unique_requests: bool = True,
         walked: bool = False,
+        paraphrased: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
         self.catalogue = catalogue
         self.unique_requests = unique_requests
         self.walked = walked
+        self.paraphrased = paraphrased
         self.seen: set[str] = set()
         self.phrasing_of: dict[str, str] = {}
         self.planted: list[str] = []
@@ -224,6 +242,14 @@ class ScenarioBuilder:
             ]
         return jobs
 
+    def wordings(self, phrases: ToolPhrases | ScenarioPhrases) -> PhraseList:
+        """The request templates this builder draws from a phrase table."""
+        if not self.paraphrased:
+            return phrases.requests
+        if phrases.paraphrases is None:
+            raise ValueError("a paraphrased builder drew from a phrase table without paraphrases")
+        return phrases.paraphrases
+
     def request(self, template: str, lang: Lang) -> tuple[str, Slots]:
         """The template filled with fresh slot values, never a request drawn before."""
         for _ in range(500):
@@ -241,7 +267,7 @@ class ScenarioBuilder:
     def single_rows(self, split: str, jobs: list[SingleJob]) -> list[dict[str, Any]]:
         drawn = []
         for job in jobs:
-            template = tool_phrases(job.tool).requests.of(job.lang)[job.phrasing]
+            template = self.wordings(tool_phrases(job.tool)).of(job.lang)[job.phrasing]
             request, slots = self.request(template, job.lang)
             if job.planted:
                 step = planted_check_first(slots)
@@ -255,7 +281,7 @@ class ScenarioBuilder:
         drawn = []
         for job in jobs:
             pattern = PATTERNS[job.pattern]
-            template = pattern.phrases.requests.of(job.lang)[job.phrasing]
+            template = self.wordings(pattern.phrases).of(job.lang)[job.phrasing]
             request, slots = self.request(template, job.lang)
             steps = pattern.steps(self.rng, slots, job.condition_holds, walked=self.walked)
             phrasing_id = f"{job.pattern}.{job.lang}.{job.phrasing}"
@@ -334,6 +360,40 @@ def conditional_redraws(
     return rows
 
 
+def phrasing_rows(
+    seed: int,
+    catalogue: Catalogue,
+    *,
+    draws: int = PHRASING_DRAWS,
+    excluded_requests: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """The training scenarios worded by the phrase tables' `paraphrases` (data/aux's
+    phrasings.jsonl): each paraphrase of a tool drawn `draws` times as a single-step row, each of
+    a pattern `draws` times as a scenario (a conditional one taking each branch in turn); from an
+    RNG of their own, never counted among the 454 / 823 rows, no request one of
+    `excluded_requests`. A model trained from scratch learns only the wording it is shown:
+    8 single-step and 4 multi-step requests per language and intent, in the shipped rows."""
+    builder = ScenarioBuilder(f"phrasings-{seed}", catalogue, paraphrased=True)
+    builder.seen = {normalise_prompt(request) for request in excluded_requests}
+    single = [
+        SingleJob(tool, lang, phrasing)
+        for tool in counts().single_rows
+        if (paraphrases := tool_phrases(tool).paraphrases) is not None
+        for lang in LANGS
+        for phrasing in range(len(paraphrases.of(lang)))
+        for _ in range(draws)
+    ]
+    multi = [
+        MultiJob(name, lang, phrasing, draw % 2 == 0 or not PATTERNS[name].conditional)
+        for name in counts().multi_scenarios
+        if (paraphrases := PATTERNS[name].phrases.paraphrases) is not None
+        for lang in LANGS
+        for phrasing in range(len(paraphrases.of(lang)))
+        for draw in range(draws)
+    ]
+    return builder.single_rows("phrasing", single) + builder.multi_rows("phrasing", multi)
+
+
 def _split_files(builder: ScenarioBuilder, split: Split) -> dict[str, list[dict[str, Any]]]:
     """A split's single-step and multi-step rows, drawn in that order."""
     return {
@@ -375,6 +435,7 @@ def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
         redraws=conditional_redraws(seed, catalogue, excluded_requests=map(request_text, held_out)),
         walked_multistep=walked_multistep(seed, catalogue),
         walked_drills=comparison_drills(seed, WALKED_DRILLS, restate=drill_figures(walked)),
+        phrasings=phrasing_rows(seed, catalogue, excluded_requests=map(request_text, held_out)),
     )
 
 

@@ -63,9 +63,11 @@ class PhraseList(_Table):
 
 
 class ToolPhrases(_Table):
-    """tools/<tool>.yaml: a tool's single-step requests and how its step reads."""
+    """tools/<tool>.yaml: a tool's single-step requests and how its step reads; `paraphrases`:
+    more ways to ask, drawn only for the auxiliary phrasing rows (build.py's `phrasing_rows`)."""
 
     requests: PhraseList
+    paraphrases: PhraseList | None = None
     thought: Phrase
     plan: Phrase
     observation: Phrase | None = None  # only tools whose result a later step is shown
@@ -102,9 +104,11 @@ class ConditionPhrases(_Table):
 
 
 class ScenarioPhrases(_Table):
-    """scenarios/<pattern>.yaml: a multi-step pattern's requests and its steps' reasoning."""
+    """scenarios/<pattern>.yaml: a multi-step pattern's requests (and `paraphrases`, as a
+    tool's) and its steps' reasoning."""
 
     requests: PhraseList
+    paraphrases: PhraseList | None = None
     steps: tuple[StepPhrases, ...] = Field(min_length=2)
     condition: ConditionPhrases | None = None
 

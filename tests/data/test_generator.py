@@ -16,6 +16,7 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.cli import generate
 from toolgrpo.generator.base_corpus import FIGURE_SEPARATOR, Passage, base_corpus
 from toolgrpo.generator.build import (
+    PHRASINGS_FILE,
     PLANTED_FILE,
     REDRAWS_FILE,
     WALKED_DRILLS,
@@ -99,7 +100,8 @@ def test_generate_command_reproduces_shipped_files_byte_for_byte(tmp_path: Path)
     for out in (tmp_path / "a", tmp_path / "b"):
         assert generate(seed=0, out=out) == 0
     written = sorted(p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*"))
-    aux = [EXERCISES_FILE, REDRAWS_FILE, WALKED_MULTISTEP_FILE, WALKED_DRILLS_FILE, PLANTED_FILE]
+    aux = [EXERCISES_FILE, REDRAWS_FILE, WALKED_MULTISTEP_FILE, WALKED_DRILLS_FILE, PHRASINGS_FILE]
+    aux.append(PLANTED_FILE)
     assert {*FILES, *aux} <= set(written)
     for name in [p for p in written if (tmp_path / "a" / p).is_file()]:
         first = (tmp_path / "a" / name).read_bytes()
@@ -226,7 +228,7 @@ def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(
     exercises = _read(EXERCISES_FILE)
     corpus = [{"id": f"base-{i}", "prompt": p.prompt} for i, p in enumerate(base_passages)]
     trained = shipped["train/single_step.jsonl"] + shipped["train/multistep.jsonl"] + exercises
-    trained += corpus + _read(REDRAWS_FILE) + _read(WALKED_MULTISTEP_FILE)
+    trained += corpus + _read(REDRAWS_FILE) + _read(WALKED_MULTISTEP_FILE) + _read(PHRASINGS_FILE)
     exercises += _read(WALKED_DRILLS_FILE)
     held_out = [row for name in FILES if name.startswith("eval/") for row in shipped[name]]
     trained_prompts = {normalise_prompt(row["prompt"]) for row in trained}
@@ -246,6 +248,38 @@ def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(
         assert not [k for k, p in unseen.items() if p.fullmatch(request)], row["id"]
     for row in exercises:
         assert not [k for k, p in templates.items() if p.fullmatch(row["prompt"])], row["id"]
+
+
+def test_paraphrases_are_new_wordings_with_their_tables_placeholders():
+    """Every table but respond's (whose requests pair with replies) has paraphrases in both
+    languages: none a request of its table (trained or held out), each with the placeholders
+    one of its requests has."""
+    tables = {tool: tool_phrases(tool) for tool in counts().single_rows if tool != "respond"}
+    tables |= {name: pattern.phrases for name, pattern in PATTERNS.items()}
+    for name, phrases in tables.items():
+        assert phrases.paraphrases is not None, name
+        for lang in LANGS:
+            requests = phrases.requests.of(lang)
+            placeholders = {_placeholders(request) for request in requests}
+            written = {request.lower() for request in requests}
+            for paraphrase in phrases.paraphrases.of(lang):
+                assert _placeholders(paraphrase) in placeholders, (name, paraphrase)
+                assert paraphrase.lower() not in written, (name, paraphrase)
+
+
+def test_phrasing_rows_are_the_training_scenarios_worded_by_the_paraphrases(dataset):
+    phrasings = _read(PHRASINGS_FILE)
+    assert phrasings == dataset.phrasings
+    shipped_ids = {r["id"] for rows in dataset.files.values() for r in rows}
+    assert shipped_ids.isdisjoint(r["id"] for r in phrasings)
+    assert Counter(r["lang"] for r in phrasings if r["step"] == 1)["en"] > 100
+    kinds = Counter((r["kind"], r.get("condition")) for r in phrasings)
+    assert kinds[("single", None)] > 300 and kinds[("multi", "holds")] > 50
+    assert kinds[("multi", "fails")] > 50
+
+
+def _placeholders(template: str) -> frozenset[str]:
+    return frozenset(field for _, field, _, _ in string.Formatter().parse(template) if field)
 
 
 def test_exercises_are_respond_rows_outside_the_counted_training_rows(dataset):
