@@ -3,6 +3,7 @@ and the generator's structure: phrase files, step builders, placeholders."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 import re
@@ -16,6 +17,8 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.cli import generate
 from toolgrpo.generator.base_corpus import FIGURE_SEPARATOR, Passage, base_corpus
 from toolgrpo.generator.build import (
+    HELD_OUT_MULTI,
+    HELD_OUT_SINGLE,
     PHRASINGS_FILE,
     PLANTED_FILE,
     REDRAWS_FILE,
@@ -265,6 +268,37 @@ def test_paraphrases_are_new_wordings_with_their_tables_placeholders():
             for paraphrase in phrases.paraphrases.of(lang):
                 assert _placeholders(paraphrase) in placeholders, (name, paraphrase)
                 assert paraphrase.lower() not in written, (name, paraphrase)
+
+
+def test_the_unseen_templates_are_no_closer_to_the_paraphrases_than_to_the_trained_requests():
+    """Paraphrases teach wording, not the held-out templates: per language, a held-out template's
+    best match among its table's paraphrases is on average no closer (difflib's ratio, the
+    placeholders alike) than its best match among the trained requests (measured: 0.53 vs 0.52
+    in English, 0.58 vs 0.60 in Chinese), and never a near copy."""
+
+    def similarity(a: str, b: str) -> float:
+        def shape(text: str) -> str:
+            return re.sub(r"\{\w+\}", "#", text.lower())
+
+        return difflib.SequenceMatcher(None, shape(a), shape(b)).ratio()
+
+    tables = {tool: tool_phrases(tool) for tool in counts().single_rows if tool != "respond"}
+    tables |= {name: pattern.phrases for name, pattern in PATTERNS.items()}
+    held_out = {name: HELD_OUT_SINGLE for name in counts().single_rows} | dict.fromkeys(
+        PATTERNS, HELD_OUT_MULTI
+    )
+    for lang in LANGS:
+        to_trained, to_paraphrases = [], []
+        for name, phrases in tables.items():
+            assert phrases.paraphrases is not None
+            requests = phrases.requests.of(lang)
+            trained, unseen = requests[: -held_out[name]], requests[-held_out[name] :]
+            for template in unseen:
+                to_trained.append(max(similarity(template, t) for t in trained))
+                nearest = max(similarity(template, p) for p in phrases.paraphrases.of(lang))
+                assert nearest < 0.9, (name, template)
+                to_paraphrases.append(nearest)
+        assert sum(to_paraphrases) / len(to_paraphrases) <= sum(to_trained) / len(to_trained) + 0.02
 
 
 def test_phrasing_rows_are_the_training_scenarios_worded_by_the_paraphrases(dataset):
