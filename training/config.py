@@ -634,6 +634,16 @@ class TrainConfig(Section):
 
         return overridden(self.model_dump(), overrides, f"preset {self.preset!r}")
 
+    def for_training_files(self, train_files: list[Path], aux_given: bool) -> TrainConfig:
+        """This config for a run on `train_files`. A preset's auxiliary rows are written for its
+        own training files (the `cpu` preset's are the shipped finance requests paraphrased), so
+        a run on other files mixes in none of them, unless `aux_given` (the run set
+        `data.train_aux` itself)."""
+        own = [path.resolve() for path in self.data.training_files()]
+        if aux_given or not self.data.aux_share or [p.resolve() for p in train_files] == own:
+            return self
+        return self.with_overrides({"data.aux_share": 0.0})
+
     def write(self, path: Path | str) -> Path:
         """Write the config as JSON (the file `read_config` loads back)."""
         path = Path(path)

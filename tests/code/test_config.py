@@ -4,6 +4,7 @@ settings built from it."""
 import dataclasses
 import importlib.util
 import json
+import os
 from collections import Counter
 from functools import reduce
 from pathlib import Path
@@ -245,7 +246,7 @@ def test_sft_settings_are_the_warm_starts(tmp_path):
 
 
 def test_sft_rows_take_whole_multistep_scenarios():
-    config = load_preset("cpu", {"sft.multistep_fraction": 0.1})
+    config = load_preset("cpu", {"sft.multistep_fraction": 0.1, "data.aux_share": 0.0})
     multi = read_samples(config.data.train_multistep)
     steps_per_scenario = {r["scenario_id"]: r["n_steps"] for r in multi}
     chosen = [r for r in sft_rows(config) if r["kind"] == "multi"]
@@ -255,19 +256,30 @@ def test_sft_rows_take_whole_multistep_scenarios():
 
 
 def test_zero_multistep_fraction_warms_up_on_single_step_rows_only():
-    rows = sft_rows(load_preset("cpu", {"sft.multistep_fraction": 0.0}))
+    rows = sft_rows(load_preset("cpu", {"sft.multistep_fraction": 0.0, "data.aux_share": 0.0}))
     assert rows and {r["kind"] for r in rows} == {"single"}
 
 
-def test_aux_share_mixes_that_share_of_exercises_into_sft_only():
-    plain = load_preset("cpu")
-    assert plain.data.aux_share == 0.0 and len(sft_rows(plain)) == 454 + 823
-    mixed = load_preset("cpu", {"data.aux_share": 0.2})
+def test_aux_share_mixes_that_share_of_aux_rows_into_sft_only():
+    plain = load_preset("cpu", {"data.aux_share": 0.0})
+    assert len(sft_rows(plain)) == 454 + 823
+    mixed = load_preset("cpu")  # the paraphrased requests at 30% of SFT's rows
     rows = sft_rows(mixed)
-    exercises = [row for row in rows if row["id"].startswith("aux-")]
-    assert len(exercises) == round(0.2 * len(rows)) and len(rows) - len(exercises) == 454 + 823
+    paraphrased = [row for row in rows if row["id"].startswith("phrasing-")]
+    assert len(paraphrased) == round(0.3 * len(rows)) and len(rows) - len(paraphrased) == 454 + 823
     assert len(grpo_rows(mixed)) == 454 + 823
     assert mixed.weights_key() != plain.weights_key()
+
+
+def test_a_run_on_its_own_rows_mixes_in_none_of_the_presets_aux_rows(tmp_path):
+    """The cpu preset's aux rows paraphrase the shipped finance requests: a team training on its
+    own files gets none of them, unless it names an aux file of its own."""
+    preset = load_preset("cpu")
+    shipped = [Path(os.path.relpath(path)) for path in preset.data.training_files()]
+    assert preset.for_training_files(shipped, aux_given=False) is preset
+    own = [tmp_path / "single.jsonl", tmp_path / "multi.jsonl"]
+    assert preset.for_training_files(own, aux_given=False).data.aux_share == 0.0
+    assert preset.for_training_files(own, aux_given=True) is preset
 
 
 def test_aux_share_beyond_the_file_repeats_every_exercise(tmp_path):
@@ -309,8 +321,11 @@ def test_training_command_with_missing_data_exits_2_naming_the_file(tmp_path, ca
 
 
 def test_condition_fails_rows_repeat_in_both_stages():
-    plain = load_preset("cpu", {"sft.multistep_fraction": 1.0})
-    weighted = load_preset("cpu", {"sft.multistep_fraction": 1.0, "data.condition_fails_repeat": 3})
+    plain = load_preset("cpu", {"sft.multistep_fraction": 1.0, "data.aux_share": 0.0})
+    weighted = load_preset(
+        "cpu",
+        {"sft.multistep_fraction": 1.0, "data.aux_share": 0.0, "data.condition_fails_repeat": 3},
+    )
     for rows in (sft_rows, grpo_rows):
         respond = sum(is_condition_fails(row["kind"], row["tool"]) for row in rows(plain))
         assert respond > 0

@@ -97,7 +97,8 @@ def test_served_deployments_carry_their_schedules():
     assert served["nightly-retrain"].entrypoint == "toolgrpo.flows.retrain.retrain"
     assert served["data-quality-hourly"].schedules[0].schedule.interval.total_seconds() == 3600
     parameters = served["data-quality-hourly"].parameters
-    assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train"]
+    # the preset's training files and the paraphrased requests it mixes in
+    assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train", "aux"]
     assert [Path(f).parent.name for f in parameters["eval_files"]] == ["eval"] * 3
     # The preset's training files and the rows it mixes in, as its nightly run gates them.
     (numeracy,) = [d for d in deployments("numeracy") if d.name == "data-quality-hourly"]
