@@ -18,8 +18,10 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.schemas.samples import parse_solution
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST, STEP_NAMED_BY_REQUEST
+from toolgrpo.validation.screens import PARTS_READ
 
 HOME = smart_home.catalogue()
 
@@ -148,6 +150,9 @@ def test_the_screens_keep_every_finding_on_the_second_domain(tmp_path):
     screened = label_inconsistencies(frame, HOME)
     assert screened == label_inconsistencies(frame, HOME, screen=False)
     assert PARAMS_MATCH_REQUEST in {f.check for f in screened}
+    # as the data gate hands them over: with the solutions' parts its contract parsed
+    parsed = parse_solution(frame, HOME).select(*frame.columns, *PARTS_READ)
+    assert label_inconsistencies(parsed, HOME) == screened
 
 
 def test_wrong_params_reach_the_review_queue_as_a_label_inconsistency(tmp_path):
