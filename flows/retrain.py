@@ -125,15 +125,15 @@ def retrain(
     logger = get_run_logger()
     overrides = config.dotted() if config else {}
     requested = load_preset(preset, overrides)
-    given = train_files or requested.data.training_files()
-    for_files = requested.for_training_files(given, aux_given="data.train_aux" in overrides)
-    if for_files is not requested:
+    train_files = train_files or requested.data.training_files()
+    own_rows = requested.for_training_files(train_files, aux_given="data.train_aux" in overrides)
+    if own_rows is not requested:
         logger.info(
             "training on your own rows: the preset's auxiliary rows (%s) are not mixed in; set "
             "data.train_aux (and data.aux_share) to rows of your domain to mix some in",
             requested.data.train_aux,
         )
-    requested, train_files = for_files, given
+        requested = own_rows
     data_hash = files_hash([*train_files, *eval_files])
     tag_flow_run(*RETRAIN_TAGS, f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(out, f"retrain-{preset}").resolve()

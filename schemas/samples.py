@@ -160,10 +160,6 @@ def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-# The columns `solution_parts` adds: a later reader (the context checks) finds them there.
-SOLUTION_PARTS = ("solution_is_object", "thought", "action_tool", "action_params", "plan")
-
-
 def _parts_by_solution(frame: pl.DataFrame) -> pl.DataFrame:
     """`_solution_parts` of each distinct solution of `frame`, a slice at a time: the re-encoded
     JSON of a million distinct solutions at once took ~0.6 GB more than the frame itself."""
@@ -182,10 +178,10 @@ def _beside(frame: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
 
 
 def solution_parts(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with its solution's typed parts as columns (`SOLUTION_PARTS`), each null unless
-    it has its type: `solution_is_object`; `thought` and `action_tool` (strings);
-    `action_params` (an object, as compact JSON); `plan` (a list of strings, as compact JSON).
-    Each distinct solution is parsed once."""
+    """`frame` with its solution's typed parts as columns, each null unless it has its type:
+    `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
+    compact JSON); `plan` (a list of strings, as compact JSON). Each distinct solution is parsed
+    once."""
     return _beside(frame, _parts_by_solution(frame))
 
 
