@@ -131,10 +131,13 @@ def retrain(
         logger.info(
             "training on your own rows: the preset's auxiliary rows (%s) are not mixed in; set "
             "data.train_aux (and data.aux_share) to rows of your domain to mix some in",
-            requested.data.train_aux,
+            ", ".join(map(str, requested.data.train_aux)),
         )
         requested = own_rows
-    data_hash = files_hash([*train_files, *eval_files])
+    # the rows SFT mixes in (data.train_aux) are training data too: hashed, gated and written
+    # with them
+    aux = requested.data.mixed_in_aux()
+    data_hash = files_hash([*train_files, *aux, *eval_files])
     tag_flow_run(*RETRAIN_TAGS, f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(out, f"retrain-{preset}").resolve()
     logger.info("run folder: %s", run_dir)
@@ -143,8 +146,6 @@ def retrain(
     started = time.monotonic()
     catalogue_copy = keep_catalogue(catalogue, run_dir)
     tools = load_catalogue(catalogue_copy)
-    # the rows SFT mixes in (data.train_aux) are training data too: gated and written with them
-    aux = requested.data.mixed_in_aux()
     loaded, gate = data_gate(
         [*train_files, *aux], eval_files, label_overrides, tools, run_dir / "data_quality"
     )

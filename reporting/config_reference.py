@@ -9,7 +9,7 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.reporting.markdown import Markdown, code_span, markdown_table
@@ -64,6 +64,8 @@ def _presets() -> list[str]:
 def _type_name(annotation: Any) -> str:
     """A field's type as a user writes it: `int | None`, `"cpu" | "cuda"`, `list[path]`."""
     origin = typing.get_origin(annotation)
+    if origin is Annotated:  # a type with the validators that read it
+        return _type_name(typing.get_args(annotation)[0])
     if origin is Literal:
         return " | ".join(f'"{value}"' for value in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):

@@ -37,11 +37,12 @@ import json
 import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -129,6 +130,14 @@ class TrlSection(Section):
         return self.model_dump(exclude=set(self.own_fields))
 
 
+def _one_file_or_many(value: Any) -> Any:
+    """A single path where a list of files is wanted (`--set data.train_aux=my.jsonl`)."""
+    return [value] if isinstance(value, str | Path) else value
+
+
+AuxFiles = Annotated[list[Path], BeforeValidator(_one_file_or_many)]
+
+
 class DataSection(Section):
     """The training rows and the tool catalogue (`toolgrpo run` sets the paths from `--train` and
     `--catalogue`). The row selection changes the weights; the paths do not, the files' bytes do."""
@@ -157,9 +166,10 @@ class DataSection(Section):
     # training rows: short exercises (56万 → 560000, is 4,937,231 元 at least 56万, 200 × 562.54),
     # or data/aux/conditional.jsonl, fresh draws of the conditional steps
     # (docs/experiments/numeracy.md).
-    train_aux: Path = Field(
-        DATA_DIR / "aux" / "numeracy.jsonl",
-        description="auxiliary rows (JSONL, sample rows) that only SFT mixes in",
+    train_aux: AuxFiles = Field(
+        default_factory=lambda: [DATA_DIR / "aux" / "numeracy.jsonl"],
+        description="auxiliary rows that only SFT mixes in: JSONL files of sample rows (one "
+        "path or a list), drawn from as one pool",
     )
     aux_share: float = Field(
         0.0, ge=0, lt=1, description="share of the SFT rows drawn from train_aux; 0: none"
@@ -171,9 +181,9 @@ class DataSection(Section):
         return [self.train_single_step, self.train_multistep]
 
     def mixed_in_aux(self) -> list[Path]:
-        """The auxiliary file SFT draws rows from (none when `aux_share` is 0): training data,
-        so a flow gates it with the training files."""
-        return [self.train_aux] if self.aux_share else []
+        """The auxiliary files SFT draws rows from (none when `aux_share` is 0): training data,
+        so a flow gates them with the training files."""
+        return list(self.train_aux) if self.aux_share else []
 
     def tool_catalogue(self) -> Catalogue:
         """The catalogue at `catalogue` (raises `CatalogueError` when it cannot be used)."""

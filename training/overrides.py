@@ -15,11 +15,12 @@ import difflib
 import typing
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -27,6 +28,7 @@ from pydantic import (
     create_model,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.training.config import ConfigError, DataSection, TrainConfig
@@ -51,13 +53,20 @@ def _fields(cls: type) -> list[tuple[str, Any, str]]:
     """(name, annotation, description) of each field of a section: a pydantic model or a
     dataclass such as the reward's points."""
     if issubclass(cls, BaseModel):
-        return [(n, f.annotation, f.description or "") for n, f in cls.model_fields.items()]
+        return [(n, _as_read(f), f.description or "") for n, f in cls.model_fields.items()]
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} is not a config section")
     hints = typing.get_type_hints(cls)
     return [
         (f.name, hints[f.name], f.metadata.get("description", "")) for f in dataclasses.fields(cls)
     ]
+
+
+def _as_read(field: FieldInfo) -> Any:
+    """A field's type with the validators that read a value into it (one file for a list of
+    files): an override is read as the config reads it. Its bounds are checked by the config."""
+    readers = [m for m in field.metadata if isinstance(m, BeforeValidator)]
+    return Annotated[field.annotation, *readers] if readers else field.annotation
 
 
 def _is_section(annotation: Any) -> bool:
@@ -268,6 +277,9 @@ def _preset_values(name: str, extending: tuple[str, ...] = ()) -> dict[str, Any]
         field = DataSection.model_fields.get(field_name)  # an unknown one fails validation
         if field is not None and field.annotation is Path and isinstance(value, str):
             data[field_name] = DATA_DIR / value
+        elif field is not None and field.annotation == list[Path]:
+            files = [value] if isinstance(value, str) else value
+            data[field_name] = [DATA_DIR / f if isinstance(f, str) else f for f in files]
     base = values.pop("extends", None)
     if base is None:
         return values

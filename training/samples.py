@@ -74,11 +74,12 @@ def sft_rows(config: TrainConfig) -> list[Row]:
 
 def aux_rows(config: TrainConfig, task_rows: int) -> list[Row]:
     """The auxiliary exercises SFT mixes in: `data.aux_share` of all SFT rows, a seeded draw
-    from `data.train_aux` (the whole file repeated first when the share needs more)."""
+    from the rows of the `data.train_aux` files, in order, as one pool (the whole pool repeated
+    first when the share needs more)."""
     share = config.data.aux_share
     if share == 0:
         return []
-    exercises = read_samples(config.data.train_aux)
+    exercises = [row for path in config.data.train_aux for row in read_samples(path)]
     wanted = round(task_rows * share / (1 - share))
     repeats, rest = divmod(wanted, len(exercises))
     return exercises * repeats + random.Random(config.seed).sample(exercises, rest)

@@ -60,7 +60,7 @@ def test_numeracy_preset_is_the_cpu_preset_on_the_walked_rows():
     numeracy = load_preset("numeracy")
     differs = {
         "data.train_multistep": DATA_DIR / "aux" / "walked" / "multistep.jsonl",
-        "data.train_aux": DATA_DIR / "aux" / "walked" / "comparisons.jsonl",
+        "data.train_aux": [DATA_DIR / "aux" / "walked" / "comparisons.jsonl"],
         "data.aux_share": 0.5,
         "model.tiny.frame_tokens": "none",
         "sft.learning_rate": 1e-3,
@@ -69,7 +69,8 @@ def test_numeracy_preset_is_the_cpu_preset_on_the_walked_rows():
     assert numeracy.model_dump(exclude={"preset"}) == load_preset("cpu", differs).model_dump(
         exclude={"preset"}
     )
-    assert numeracy.data.train_multistep.is_file() and numeracy.data.train_aux.is_file()
+    assert numeracy.data.train_multistep.is_file()
+    assert all(path.is_file() for path in numeracy.data.train_aux)
 
 
 def test_a_preset_extending_itself_is_a_config_error(tmp_path, monkeypatch):
@@ -290,6 +291,22 @@ def test_aux_share_beyond_the_file_repeats_every_exercise(tmp_path):
     config = load_preset("smoke", {"data.train_aux": path, "data.aux_share": 0.5})
     exercises = [row["id"] for row in sft_rows(config) if row["id"].startswith("x")]
     assert Counter(exercises) == dict.fromkeys(["x0", "x1", "x2"], config.data.max_train_rows // 3)
+
+
+def test_the_aux_files_are_one_pool_drawn_from_in_order(tmp_path):
+    """Several auxiliary files (one path reads as a list of one): SFT draws from their rows as
+    one pool, so each file's share of the draw follows its size."""
+    files = []
+    for name, size in (("drills", 30), ("phrasings", 10)):
+        path = tmp_path / f"{name}.jsonl"
+        rows = (f'{{"id": "{name}{i}", "prompt": "p", "solution": "{{}}"}}\n' for i in range(size))
+        path.write_text("".join(rows))
+        files.append(path)
+    assert load_preset("smoke", {"data.train_aux": str(files[0])}).data.train_aux == files[:1]
+    config = load_preset("smoke", {"data.train_aux": files, "data.aux_share": 0.5})
+    assert config.data.mixed_in_aux() == files
+    drawn = Counter(row["id"].rstrip("0123456789") for row in sft_rows(config)[48:])
+    assert drawn == {"drills": 36, "phrasings": 12}  # the whole pool once, then 8 of its 40
 
 
 def test_grpo_trains_on_every_row_and_smoke_on_a_subset():

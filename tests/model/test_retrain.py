@@ -5,9 +5,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from prefect import get_client
 from transformers import AutoModelForCausalLM
 
-from toolgrpo.flows.retrain import RetrainOverrides, retrain
+from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, RetrainOverrides, retrain
+from toolgrpo.tasks.runs import files_hash
 from toolgrpo.training.overrides import load_preset
 from toolgrpo.validation.gate import DataGateFailed
 
@@ -105,11 +107,16 @@ def test_rows_sft_mixes_in_pass_the_gate_too(prefect_harness, tmp_path):
     aux = tmp_path / "aux.jsonl"
     aux.write_text(json.dumps({**row, "id": "aux-1", "tool": "teleport"}) + "\n", encoding="utf-8")
     mixed = RetrainOverrides.from_dotted({"data.train_aux": str(aux), "data.aux_share": 0.2})
+    state = retrain(preset="smoke", config=mixed, out=tmp_path / "runs", return_state=True)
     with pytest.raises(DataGateFailed) as failed:
-        retrain(preset="smoke", config=mixed, out=tmp_path / "runs")
+        state.result()
     assert {(Path(p.file).name, p.line) for p in failed.value.report.failures} == {("aux.jsonl", 1)}
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert not (run_dir / "sft").exists()
+    # and the run's data tag hashes them with the training and eval rows
+    with get_client(sync_client=True) as client:
+        tags = client.read_flow_run(state.state_details.flow_run_id).tags
+    assert f"data:{files_hash([*SMOKE_TRAIN_FILES, aux, *SHIPPED_EVAL_FILES])[:12]}" in tags
 
 
 def test_a_run_without_training_files_gates_the_presets(prefect_harness, tmp_path):
@@ -124,6 +131,6 @@ def test_a_run_without_training_files_gates_the_presets(prefect_harness, tmp_pat
     with pytest.raises(DataGateFailed) as failed:
         retrain(preset="numeracy", eval_files=[bad_eval], out=out)
     numeracy = load_preset("numeracy").data
-    expected = [*numeracy.training_files(), numeracy.train_aux, bad_eval]
+    expected = [*numeracy.training_files(), *numeracy.train_aux, bad_eval]
     assert failed.value.report.files == [str(path) for path in expected]
     assert "aux/walked/multistep.jsonl" in str(numeracy.train_multistep)
