@@ -5,7 +5,8 @@ JSON settings, so `toolgrpo data generate --seed 0` reproduces the shipped files
 (the auxiliary rows under data/aux/ from RNGs of their own: the numeracy exercises, numeracy.py,
 and the conditional redraws, `conditional_redraws`; the walked rows under data/aux/walked/, the
 numeracy preset's: the training multi-step rows drawn again with their conditional reasoning in
-the walked form, and comparison drills in that form).
+the walked form, comparison drills in that form, and the paraphrased rows of phrasing_rows with
+their conditional steps walked).
 The wording is data (data/phrases/, see phrases.py); steps.py and scenarios.py build the steps.
 """
 
@@ -64,6 +65,8 @@ WALKED_DRILLS = 4000
 # preset mixes into SFT (`data.train_aux`) to learn wording beyond the trained templates.
 PHRASINGS_FILE = "aux/phrasings.jsonl"
 PHRASING_DRAWS = 3
+# The same rows with their conditional steps reasoned in the walked form: a walked recipe's.
+WALKED_PHRASINGS_FILE = "aux/walked/phrasings.jsonl"
 PLANTED_WHY = (
     "Single-step rows worded as plain withdraw requests (same templates as genuine withdraw "
     "rows) but labelled check_balance under a check-first policy, like the case study's "
@@ -117,6 +120,7 @@ class Dataset:
     walked_multistep: list[dict[str, Any]] = field(default_factory=list)
     walked_drills: list[dict[str, Any]] = field(default_factory=list)
     phrasings: list[dict[str, Any]] = field(default_factory=list)
+    walked_phrasings: list[dict[str, Any]] = field(default_factory=list)
 
     def rows_by_file(self) -> dict[str, list[dict[str, Any]]]:
         """Every JSONL file's rows by its path under the data folder, auxiliary ones included."""
@@ -126,6 +130,7 @@ class Dataset:
             WALKED_MULTISTEP_FILE: self.walked_multistep,
             WALKED_DRILLS_FILE: self.walked_drills,
             PHRASINGS_FILE: self.phrasings,
+            WALKED_PHRASINGS_FILE: self.walked_phrasings,
         }
 
 
@@ -366,14 +371,16 @@ def phrasing_rows(
     *,
     draws: int = PHRASING_DRAWS,
     excluded_requests: Iterable[str] = (),
+    walked: bool = False,
 ) -> list[dict[str, Any]]:
     """The training scenarios worded by the phrase tables' `paraphrases` (data/aux's
     phrasings.jsonl): each paraphrase of a tool drawn `draws` times as a single-step row, each of
     a pattern `draws` times as a scenario (a conditional one taking each branch in turn); from an
     RNG of their own, never counted among the 454 / 823 rows, no request one of
     `excluded_requests`. A model trained from scratch learns only the wording it is shown:
-    8 single-step and 4 multi-step requests per language and intent, in the shipped rows."""
-    builder = ScenarioBuilder(f"phrasings-{seed}", catalogue, paraphrased=True)
+    8 single-step and 4 multi-step requests per language and intent, in the shipped rows.
+    `walked`: the same draws, conditional steps reasoned in the walked form."""
+    builder = ScenarioBuilder(f"phrasings-{seed}", catalogue, paraphrased=True, walked=walked)
     builder.seen = {normalise_prompt(request) for request in excluded_requests}
     single = [
         SingleJob(tool, lang, phrasing)
@@ -424,18 +431,24 @@ def build_dataset(seed: int = 0, catalogue: Catalogue | None = None) -> Dataset:
     sizes = (len(files["train/single_step.jsonl"]), len(files["train/multistep.jsonl"]))
     if sizes != (TRAIN_SINGLE_ROWS, TRAIN_MULTI_ROWS):
         raise ValueError(f"train sizes {sizes}, expected {(TRAIN_SINGLE_ROWS, TRAIN_MULTI_ROWS)}")
-    held_out = [
-        row["prompt"] for name, rows in files.items() if name.startswith("eval/") for row in rows
+    held_out_requests = [
+        request_text(row["prompt"])
+        for name, rows in files.items()
+        if name.startswith("eval/")
+        for row in rows
     ]
     return Dataset(
         files=files,
         planted_ids=builder.planted,
         phrasing_of=builder.phrasing_of,
         exercises=build_exercises(seed, catalogue),
-        redraws=conditional_redraws(seed, catalogue, excluded_requests=map(request_text, held_out)),
+        redraws=conditional_redraws(seed, catalogue, excluded_requests=held_out_requests),
         walked_multistep=walked_multistep(seed, catalogue),
         walked_drills=comparison_drills(seed, WALKED_DRILLS, restate=drill_figures(walked)),
-        phrasings=phrasing_rows(seed, catalogue, excluded_requests=map(request_text, held_out)),
+        phrasings=phrasing_rows(seed, catalogue, excluded_requests=held_out_requests),
+        walked_phrasings=phrasing_rows(
+            seed, catalogue, excluded_requests=held_out_requests, walked=True
+        ),
     )
 
 

@@ -25,6 +25,7 @@ from toolgrpo.generator.build import (
     WALKED_DRILLS,
     WALKED_DRILLS_FILE,
     WALKED_MULTISTEP_FILE,
+    WALKED_PHRASINGS_FILE,
     Dataset,
     build_dataset,
 )
@@ -103,7 +104,14 @@ def test_generate_command_reproduces_shipped_files_byte_for_byte(tmp_path: Path)
     for out in (tmp_path / "a", tmp_path / "b"):
         assert generate(seed=0, out=out) == 0
     written = sorted(p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*"))
-    aux = [EXERCISES_FILE, REDRAWS_FILE, WALKED_MULTISTEP_FILE, WALKED_DRILLS_FILE, PHRASINGS_FILE]
+    aux = [
+        EXERCISES_FILE,
+        REDRAWS_FILE,
+        WALKED_MULTISTEP_FILE,
+        WALKED_DRILLS_FILE,
+        PHRASINGS_FILE,
+        WALKED_PHRASINGS_FILE,
+    ]
     aux.append(PLANTED_FILE)
     assert {*FILES, *aux} <= set(written)
     for name in [p for p in written if (tmp_path / "a" / p).is_file()]:
@@ -232,6 +240,7 @@ def test_no_eval_prompt_or_unseen_template_occurs_in_training_or_exercise_rows(
     corpus = [{"id": f"base-{i}", "prompt": p.prompt} for i, p in enumerate(base_passages)]
     trained = shipped["train/single_step.jsonl"] + shipped["train/multistep.jsonl"] + exercises
     trained += corpus + _read(REDRAWS_FILE) + _read(WALKED_MULTISTEP_FILE) + _read(PHRASINGS_FILE)
+    trained += _read(WALKED_PHRASINGS_FILE)
     exercises += _read(WALKED_DRILLS_FILE)
     held_out = [row for name in FILES if name.startswith("eval/") for row in shipped[name]]
     trained_prompts = {normalise_prompt(row["prompt"]) for row in trained}
@@ -593,15 +602,12 @@ def _check_walk(first: str, second: str, walk: str | None) -> None:
         assert (sign == "=") == (place < len(pairs) - 1 or a == b)
 
 
-def test_walked_rows_are_the_shipped_rows_with_each_conditional_step_walked(shipped, dataset):
-    """data/aux/walked/multistep.jsonl (the numeracy preset's): row for row the shipped multi-step
-    training rows, but for the 225 conditional steps' reasoning: both figures restated as digits,
-    counted, walked to the first place that differs, then a verdict that the figures bear out
-    and that names the row's branch."""
-    walked_rows = _read(WALKED_MULTISTEP_FILE)
-    assert walked_rows == dataset.walked_multistep
-    plain_rows = shipped["train/multistep.jsonl"]
-    assert len(walked_rows) == len(plain_rows) == 823
+def _walked_twins(plain_rows: list[dict], walked_rows: list[dict]) -> Counter:
+    """Check that `walked_rows` are `plain_rows` row for row but for each conditional step's
+    reasoning: both figures restated as digits, counted, walked to the first place that differs,
+    then a verdict that the figures bear out and that names the row's branch. Returns the
+    branches walked."""
+    assert len(walked_rows) == len(plain_rows)
     branches = Counter()
     for plain, row in zip(plain_rows, walked_rows, strict=True):
         solution, plain_solution = json.loads(row["solution"]), json.loads(plain["solution"])
@@ -623,7 +629,25 @@ def test_walked_rows_are_the_shipped_rows_with_each_conditional_step_walked(ship
         claim = CLAIMS[verdict.removeprefix("not ").removeprefix("不")]
         assert claim(float(first), float(second)) != negated, solution["thought"]
     assert branches == Counter(r["condition"] for r in plain_rows if "condition" in r)
+    return branches
+
+
+def test_walked_rows_are_the_shipped_rows_with_each_conditional_step_walked(shipped, dataset):
+    """data/aux/walked/multistep.jsonl (the numeracy preset's): the shipped multi-step training
+    rows with their 225 conditional steps walked."""
+    walked_rows = _read(WALKED_MULTISTEP_FILE)
+    assert walked_rows == dataset.walked_multistep
+    assert len(walked_rows) == 823
+    branches = _walked_twins(shipped["train/multistep.jsonl"], walked_rows)
     assert sum(branches.values()) == 225
+
+
+def test_walked_phrasings_are_the_phrasing_rows_with_each_conditional_step_walked(dataset):
+    """data/aux/walked/phrasings.jsonl: the paraphrased rows for a walked recipe."""
+    walked_rows = _read(WALKED_PHRASINGS_FILE)
+    assert walked_rows == dataset.walked_phrasings
+    branches = _walked_twins(_read(PHRASINGS_FILE), walked_rows)
+    assert branches["holds"] > 50 and branches["fails"] > 50
 
 
 def test_walked_drills_write_their_figures_walked(dataset):
