@@ -33,7 +33,8 @@ The rules, by the name reports give them (`[check: name]`):
 - `branch_matches_figures`: a conditional step (`condition`, or a multi-step reply) acts when the
   figures its prompt states meet the request's condition and replies when they do not: the
   balance against the amount asked; the balance against quantity × the quoted price; the quoted
-  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜"); in a
+  price against a buy-below or sell-above limit ("below 237", "跌破 237", "比 237 便宜", "在 237
+  之下"; not one named and then referred to, "my limit is 237: buy if the price is below it"); in a
   history with no balance or quote step (another catalogue), the latest step's reading against
   such a limit ("if the bedroom is below 19 degrees").
 - `params_match_request`: the label's params take the values its request and its history's
@@ -85,8 +86,8 @@ _ABOVE_BEFORE = re.compile(
     r"(?:\b(?:above|over|beats?|more than|higher than|exceeds?)|高于|超过|涨过|冲上)\s*$",
     re.IGNORECASE,
 )
-_BELOW_AFTER = re.compile(r"^\s*(?:便宜|以下)")
-_ABOVE_AFTER = re.compile(r"^\s*(?:贵|以上)")
+_BELOW_AFTER = re.compile(r"^\s*(?:便宜|以下|之下|低)")
+_ABOVE_AFTER = re.compile(r"^\s*(?:贵|以上|之上|高)")
 
 
 # The columns `Label.of` reads from a row.

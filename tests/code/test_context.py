@@ -267,6 +267,8 @@ SELL = ("place_order", {"symbol": "KO", "side": "sell", "quantity": 3}, "I sell 
     [
         ("如果 SPY 跌破 237，帮我买 50 股", "SPY 现价 179.18", True),
         ("SPY 要是比 237 便宜，就入手 50 股", "SPY 现价 240.00", False),
+        ("麻烦查下 SPY 的价，比 237 低就买入 50 股", "SPY 现价 179.18", True),
+        ("先报个 KO 的价，只要在 445 之上，卖掉 3 股", "KO 现价 407.97", False),
         ("Sell 100 shares of KO if the price is above 819.", "KO at 707.97", False),
         ("Quote KO; sell 3 only if it beats 445.", "KO at 551.34", True),
     ],
@@ -679,7 +681,8 @@ def test_figures_read_in_polars_flag_what_the_rule_flags(tmp_path):
     words = ["below", "above", "beats", "跌破", "高于", "比", "cheaper than", "buy", ""]
     rows = []
     for number in range(400):
-        parts = [f"{rng.choice(words)} {_figure(rng)}{rng.choice(['', '便宜', '以上'])}"]
+        after = rng.choice(["", "便宜", "以上", "之下", "高"])
+        parts = [f"{rng.choice(words)} {_figure(rng)}{after}"]
         request = " ".join(parts * rng.randint(1, 2)) if rng.random() < 0.3 else parts[0]
         seen = [_figure(rng, odd=rng.random() < 0.1) for _ in range(2)]
         history = [f"check_balance → balance {seen[0]}", f"get_quote → NIO at {seen[1]}"]
