@@ -111,7 +111,7 @@ def _decided(needed: str, balance: str) -> tuple[str, str]:
 
 
 # the two compared figures, as written, in another form (`needed · balance`, `quote · limit`);
-# `walked` is the one the numeracy preset's rows are written in (generator/comparisons.py)
+# `walked` is the one the cpu preset's rows are written in (generator/comparisons.py)
 PAIR_FORMS: dict[str, PairForm] = {
     "padded": _padded,
     "counted": counted,

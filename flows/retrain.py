@@ -102,12 +102,11 @@ def retrain(
 
     Args:
         preset: the training preset (smoke: a plumbing check; cpu: the main job, a tiny model
-            built locally; numeracy: cpu with comparisons written out place by place, which
-            decides conditional steps from their figures and takes ~2.5× as long; gpu: a
-            pretrained base model, LoRA, bf16)
+            built locally; gpu: a pretrained base model, LoRA, bf16)
         train_files: labelled training rows (JSONL or parquet); empty: the preset's
-            (data.train_single_step, data.train_multistep: the shipped data/train/ files, or
-            for the numeracy preset data/aux/walked/multistep.jsonl in place of the multi-step)
+            (data.train_single_step, data.train_multistep: for the cpu preset the shipped
+            single-step rows and the multi-step rows with each comparison written out, in
+            data/aux/walked/)
         eval_files: held-out rows, split from the training rows by scenario
         catalogue: the tool catalogue (JSON) the rows, rewards and evaluation use; empty: the
             shipped data/tools.json. The run folder keeps a copy (catalogue.json).

@@ -3,10 +3,10 @@
 Everything is drawn from one `random.Random(seed)` in a fixed order and written with the same
 JSON settings, so `toolgrpo data generate --seed 0` reproduces the shipped files byte for byte
 (the auxiliary rows under data/aux/ from RNGs of their own: the numeracy exercises, numeracy.py,
-and the conditional redraws, `conditional_redraws`; the walked rows under data/aux/walked/, the
-numeracy preset's: the training multi-step rows drawn again with their conditional reasoning in
-the walked form, comparison drills in that form, and the paraphrased rows of phrasing_rows with
-their conditional steps walked).
+the conditional redraws, `conditional_redraws`, and the paraphrased rows, `phrasing_rows`; the
+cpu preset's walked rows under data/aux/walked/: the training multi-step rows drawn again with
+their conditional reasoning in the walked form, comparison drills in that form, and the
+paraphrased rows with their conditional steps walked).
 The wording is data (data/phrases/, see phrases.py); steps.py and scenarios.py build the steps.
 """
 
@@ -55,8 +55,8 @@ REDRAWS_FILE = "aux/conditional.jsonl"
 # rows) is a different draw for each seed.
 REDRAW_ROUNDS = 8
 # Issue #16's walked form (generator/comparisons.py): the 823 multi-step training rows with their
-# 225 conditional steps reasoned in it, and 4,000 comparison drills written in it, which the
-# numeracy preset mixes in at half of SFT's rows (README "Numeracy": measured over five seeds).
+# 225 conditional steps reasoned in it, and 4,000 comparison drills written in it, which the cpu
+# preset trains on and mixes in (docs/experiments/numeracy.md, default-model.md).
 WALKED_MULTISTEP_FILE = "aux/walked/multistep.jsonl"
 WALKED_DRILLS_FILE = "aux/walked/comparisons.jsonl"
 WALKED_DRILLS = 4000
@@ -65,7 +65,7 @@ WALKED_DRILLS = 4000
 # preset mixes into SFT (`data.train_aux`) to learn wording beyond the trained templates.
 PHRASINGS_FILE = "aux/phrasings.jsonl"
 PHRASING_DRAWS = 3
-# The same rows with their conditional steps reasoned in the walked form: a walked recipe's.
+# The same rows with their conditional steps reasoned in the walked form: the cpu preset's.
 WALKED_PHRASINGS_FILE = "aux/walked/phrasings.jsonl"
 PLANTED_WHY = (
     "Single-step rows worded as plain withdraw requests (same templates as genuine withdraw "

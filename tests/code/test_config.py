@@ -49,28 +49,25 @@ from toolgrpo.training.sft import sft_config
 
 
 def test_four_named_presets_ship_and_the_typed_parameter_lists_each():
-    assert set(get_args(Preset)) == set(preset_names()) == {"smoke", "cpu", "gpu", "numeracy"}
+    assert set(get_args(Preset)) == set(preset_names()) == {"smoke", "cpu", "gpu"}
     for name in preset_names():
         assert load_preset(name).preset == name
 
 
-def test_numeracy_preset_is_the_cpu_preset_on_the_walked_rows():
-    """It states only what differs from the cpu preset it extends; its data paths are the
-    shipped walked files, whatever the working directory."""
-    numeracy = load_preset("numeracy")
-    differs = {
-        "data.train_multistep": DATA_DIR / "aux" / "walked" / "multistep.jsonl",
-        "data.train_aux": [DATA_DIR / "aux" / "walked" / "comparisons.jsonl"],
-        "data.aux_share": 0.5,
-        "model.tiny.frame_tokens": "none",
-        "sft.learning_rate": 1e-3,
-        "sft.num_train_epochs": 6,  # the measured recipe's, where cpu now trains 7
-    }
-    assert numeracy.model_dump(exclude={"preset"}) == load_preset("cpu", differs).model_dump(
-        exclude={"preset"}
-    )
-    assert numeracy.data.train_multistep.is_file()
-    assert all(path.is_file() for path in numeracy.data.train_aux)
+def test_cpu_preset_trains_on_the_walked_rows_and_mixes_in_drills_and_paraphrases(
+    tmp_path, monkeypatch
+):
+    """Its data paths are the shipped walked files, whatever the working directory."""
+    monkeypatch.chdir(tmp_path)
+    data = load_preset("cpu").data
+    files = [data.train_single_step, data.train_multistep, *data.mixed_in_aux()]
+    assert [path.relative_to(DATA_DIR).as_posix() for path in files] == [
+        "train/single_step.jsonl",
+        "aux/walked/multistep.jsonl",
+        "aux/walked/comparisons.jsonl",
+        "aux/walked/phrasings.jsonl",
+    ]
+    assert all(path.is_file() for path in files)
 
 
 def test_a_preset_extending_itself_is_a_config_error(tmp_path, monkeypatch):
@@ -238,7 +235,7 @@ def test_gpu_preset_trains_lora_on_all_linear_layers_in_bf16(tmp_path):
 
 def test_sft_settings_are_the_warm_starts(tmp_path):
     args = sft_config(load_preset("cpu"), tmp_path)
-    assert (args.num_train_epochs, args.learning_rate) == (7, 2e-3)
+    assert (args.num_train_epochs, args.learning_rate) == (6, 1e-3)
     # 16 rows per step, as 4 length-sorted micro-batches
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 4)
     assert args.train_sampling_strategy == "batch_rebalance"
@@ -264,10 +261,10 @@ def test_zero_multistep_fraction_warms_up_on_single_step_rows_only():
 def test_aux_share_mixes_that_share_of_aux_rows_into_sft_only():
     plain = load_preset("cpu", {"data.aux_share": 0.0})
     assert len(sft_rows(plain)) == 454 + 823
-    mixed = load_preset("cpu")  # the paraphrased requests at 30% of SFT's rows
+    mixed = load_preset("cpu")  # drills and paraphrased requests, 1,824 of SFT's 3,101 rows
     rows = sft_rows(mixed)
-    paraphrased = [row for row in rows if row["id"].startswith("phrasing-")]
-    assert len(paraphrased) == round(0.3 * len(rows)) and len(rows) - len(paraphrased) == 454 + 823
+    aux = [row for row in rows if row["id"].startswith(("phrasing-", "aux-c-"))]
+    assert len(aux) == 1824 and len(rows) - len(aux) == 454 + 823
     assert len(grpo_rows(mixed)) == 454 + 823
     assert mixed.weights_key() != plain.weights_key()
 

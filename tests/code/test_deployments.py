@@ -97,17 +97,15 @@ def test_served_deployments_carry_their_schedules():
     assert served["nightly-retrain"].entrypoint == "toolgrpo.flows.retrain.retrain"
     assert served["data-quality-hourly"].schedules[0].schedule.interval.total_seconds() == 3600
     parameters = served["data-quality-hourly"].parameters
-    # the preset's training files and the paraphrased requests it mixes in
-    assert [Path(f).parent.name for f in parameters["train_files"]] == ["train", "train", "aux"]
-    assert [Path(f).parent.name for f in parameters["eval_files"]] == ["eval"] * 3
     # The preset's training files and the rows it mixes in, as its nightly run gates them.
-    (numeracy,) = [d for d in deployments("numeracy") if d.name == "data-quality-hourly"]
-    walked = [Path(f).relative_to(DATA_DIR).as_posix() for f in numeracy.parameters["train_files"]]
-    assert walked == [
+    files = [Path(f).relative_to(DATA_DIR).as_posix() for f in parameters["train_files"]]
+    assert files == [
         "train/single_step.jsonl",
         "aux/walked/multistep.jsonl",
         "aux/walked/comparisons.jsonl",
+        "aux/walked/phrasings.jsonl",
     ]
+    assert [Path(f).parent.name for f in parameters["eval_files"]] == ["eval"] * 3
 
 
 def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():
@@ -118,7 +116,7 @@ def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():
         properties
     )
     assert "catalogue" in properties["catalogue"]["description"]
-    assert properties["preset"]["enum"] == ["smoke", "cpu", "gpu", "numeracy"]
+    assert properties["preset"]["enum"] == ["smoke", "cpu", "gpu"]
     grpo = schema["definitions"]["GRPOOverrides"]["properties"]
     assert grpo["max_steps"]["description"] == "optimiser steps"
     assert grpo["max_steps"]["type"] == "integer"

@@ -633,7 +633,7 @@ def _walked_twins(plain_rows: list[dict], walked_rows: list[dict]) -> Counter:
 
 
 def test_walked_rows_are_the_shipped_rows_with_each_conditional_step_walked(shipped, dataset):
-    """data/aux/walked/multistep.jsonl (the numeracy preset's): the shipped multi-step training
+    """data/aux/walked/multistep.jsonl (the cpu preset's): the shipped multi-step training
     rows with their 225 conditional steps walked."""
     walked_rows = _read(WALKED_MULTISTEP_FILE)
     assert walked_rows == dataset.walked_multistep

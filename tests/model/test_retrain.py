@@ -120,17 +120,18 @@ def test_rows_sft_mixes_in_pass_the_gate_too(prefect_harness, tmp_path):
 
 
 def test_a_run_without_training_files_gates_the_presets(prefect_harness, tmp_path):
-    """The numeracy preset names the walked multi-step rows and drills: a run given no training
-    files gates (and would train on) those, not the shipped data/train/ ones. An eval file with
-    a bad row stops it before training, so the gate's file list is all there is to read."""
+    """The cpu preset names the walked multi-step rows, drills and paraphrases: a run given no
+    training files gates (and would train on) those, not the shipped data/train/multistep.jsonl.
+    An eval file with a bad row stops it before training, so the gate's file list is all there
+    is to read."""
     row = json.loads(SMOKE_TRAIN_FILES[0].read_text(encoding="utf-8").splitlines()[0])
     bad_eval = tmp_path / "eval.jsonl"
     bad_row = json.dumps({**row, "id": "e-1", "tool": "teleport"})
     bad_eval.write_text(bad_row + "\n", encoding="utf-8")
     out = tmp_path / "runs"
     with pytest.raises(DataGateFailed) as failed:
-        retrain(preset="numeracy", eval_files=[bad_eval], out=out)
-    numeracy = load_preset("numeracy").data
-    expected = [*numeracy.training_files(), *numeracy.train_aux, bad_eval]
+        retrain(preset="cpu", eval_files=[bad_eval], out=out)
+    cpu = load_preset("cpu").data
+    expected = [*cpu.training_files(), *cpu.train_aux, bad_eval]
     assert failed.value.report.files == [str(path) for path in expected]
-    assert "aux/walked/multistep.jsonl" in str(numeracy.train_multistep)
+    assert "aux/walked/multistep.jsonl" in str(cpu.train_multistep)
