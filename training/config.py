@@ -246,13 +246,19 @@ class SFTSection(TrlSection):
     """The SFT warm start: `trl.SFTConfig` arguments (TRL's names) and which multi-step rows it
     sees. Changes the weights."""
 
-    own_fields = frozenset({"multistep_fraction"})
+    own_fields = frozenset({"multistep_fraction", "aux_first"})
 
     multistep_fraction: float = Field(
         0.10,
         ge=0.0,
         le=1.0,
         description="share of multi-step scenarios (whole ones) beside every single-step row",
+    )
+    aux_first: bool = Field(
+        False,
+        description="a curriculum: the first epoch reads every auxiliary row (data.train_aux) "
+        "before the training rows; later epochs mix them (with train_sampling_strategy "
+        "batch_rebalance)",
     )
     num_train_epochs: float = Field(12, gt=0, description="epochs over the SFT rows")
     learning_rate: float = Field(2e-3, gt=0, description="peak of the learning-rate schedule")
@@ -275,6 +281,15 @@ class SFTSection(TrlSection):
 
     warmup_steps: float = Field(0.05, ge=0, description="warm-up; below 1, a share of the steps")
     completion_only_loss: bool = Field(True, description="loss on the completion only")
+
+    @model_validator(mode="after")
+    def _curriculum_needs_its_sampler(self) -> SFTSection:
+        if self.aux_first and self.train_sampling_strategy != "batch_rebalance":
+            raise ValueError(
+                "aux_first orders the rows of transformers' batch_rebalance sampler: set "
+                f"train_sampling_strategy to batch_rebalance (got {self.train_sampling_strategy!r})"
+            )
+        return self
 
     @property
     def rows_per_process_step(self) -> int:

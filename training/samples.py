@@ -60,7 +60,14 @@ def _training_files(config: TrainConfig) -> tuple[list[Row], list[Row]]:
 
 def sft_rows(config: TrainConfig) -> list[Row]:
     """The warm start's rows: every single-step row plus a seeded share of whole multi-step
-    scenarios (the case study's model had seen single-step requests in a previous round)."""
+    scenarios (the case study's model had seen single-step requests in a previous round), then
+    the auxiliary rows (`aux_rows`)."""
+    task = sft_task_rows(config)
+    return task + aux_rows(config, len(task))
+
+
+def sft_task_rows(config: TrainConfig) -> list[Row]:
+    """`sft_rows` without the auxiliary rows."""
     single, multi = _training_files(config)
     scenarios = sorted({row["scenario_id"] for row in multi})
     chosen = set(
@@ -68,8 +75,7 @@ def sft_rows(config: TrainConfig) -> list[Row]:
             scenarios, round(config.sft.multistep_fraction * len(scenarios))
         )
     )
-    rows = _subset(single + [row for row in multi if row["scenario_id"] in chosen], config)
-    return rows + aux_rows(config, len(rows))
+    return _subset(single + [row for row in multi if row["scenario_id"] in chosen], config)
 
 
 def aux_rows(config: TrainConfig, task_rows: int) -> list[Row]:

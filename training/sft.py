@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import torch
 from datasets import Dataset
 from torch.utils.data import Sampler
 from transformers import (
@@ -25,22 +28,52 @@ from toolgrpo.training.model import (
     lora_config,
     save_model,
 )
-from toolgrpo.training.samples import grpo_rows, sft_rows, tokenizer_corpus
+from toolgrpo.training.samples import aux_rows, grpo_rows, sft_task_rows, tokenizer_corpus
 from toolgrpo.training.stage import train_and_save
 
 STAGE = "sft"
 
 
+class AuxFirstSampler(BatchRebalanceSampler):
+    """`batch_rebalance` whose first epoch reads the dataset's last `aux_rows` rows (the
+    auxiliary ones) before the others, each part shuffled: a curriculum. Later epochs are
+    `BatchRebalanceSampler`'s own."""
+
+    def __init__(self, sampler: BatchRebalanceSampler, aux_rows: int) -> None:
+        self.__dict__.update(vars(sampler))
+        self.aux_rows = aux_rows
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.epoch > 0:
+            yield from super().__iter__()
+            return
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        first_aux = len(self.lengths) - self.aux_rows
+        aux = [first_aux + i for i in torch.randperm(self.aux_rows, generator=generator).tolist()]
+        order = aux + torch.randperm(first_aux, generator=generator).tolist()
+        size = self.effective_batch_size
+        for start in range(0, self.num_full_batches * size, size):
+            yield from self._yield_global_batch(order[start : start + size])
+
+
 class SFTTrainerSeeded(SFTTrainer):
     """TRL's SFT trainer whose `batch_rebalance` sampler shuffles with the run's data seed:
     transformers builds that sampler with a fixed seed (42), so every seed would see the rows in
-    one order."""
+    one order. With `aux_first_rows`, the first epoch reads that many last rows first
+    (`AuxFirstSampler`)."""
+
+    def __init__(self, *args: Any, aux_first_rows: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aux_first_rows = aux_first_rows
 
     def _get_train_sampler(self, train_dataset: Dataset | None = None) -> Sampler | None:
         sampler = super()._get_train_sampler(train_dataset)
         if isinstance(sampler, BatchRebalanceSampler):
             data_seed = self.args.data_seed
             sampler.seed = self.args.seed if data_seed is None else data_seed
+            if self.aux_first_rows:
+                sampler = AuxFirstSampler(sampler, self.aux_first_rows)
         return sampler
 
 
@@ -84,13 +117,15 @@ def sft_trainer(
     args = args or sft_config(config, stage_dir)
     tokenizer, model = initial_model(config, stage_dir, args)
     catalogue = config.data.tool_catalogue()
+    task = sft_task_rows(config)
+    aux = aux_rows(config, len(task))
     dataset = Dataset.from_list(
         [
             {
                 "prompt": chat_prompt(tokenizer, row["prompt"], catalogue),
                 "completion": row["solution"],
             }
-            for row in sft_rows(config)
+            for row in task + aux
         ]
     )
     return SFTTrainerSeeded(
@@ -100,6 +135,7 @@ def sft_trainer(
         processing_class=tokenizer,
         peft_config=lora_config(config.model.lora),
         callbacks=[MetricsFileCallback(stage_dir / METRICS_FILENAME)],
+        aux_first_rows=len(aux) if config.sft.aux_first else 0,
     )
 
 

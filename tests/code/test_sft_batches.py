@@ -42,3 +42,25 @@ def test_the_row_order_follows_the_seed_and_the_epoch(tmp_path):
     }
     assert order[0, 0] != order[0, 1] and order[0, 0] != order[1, 0]
     assert order[0, 0] == epoch_steps(0, 0, tmp_path / "again")[0]
+
+
+def test_aux_first_reads_every_auxiliary_row_before_the_training_rows_in_the_first_epoch(
+    tmp_path,
+):
+    """The curriculum (`sft.aux_first`): epoch 0 steps through the auxiliary rows (the dataset's
+    last) first, then the training rows; later epochs mix them as without it."""
+    mixed = {**REBALANCED, "data.train_aux": "data/aux/numeracy.jsonl", "data.aux_share": 0.5}
+    config = load_preset("smoke", {**mixed, "sft.aux_first": True})
+    trainer = sft_trainer(config, tmp_path / "first")
+    rows = len(trainer.train_dataset)
+    aux = rows // 2  # an aux share of 0.5
+    sampler = trainer._get_train_sampler()
+    first = [i for batch in sampler for i in batch]
+    assert sorted(first) == list(range(rows))
+    assert sorted(first[:aux]) == list(range(rows - aux, rows))  # the aux rows, then the rest
+    sampler.set_epoch(1)
+    plain = sft_trainer(load_preset("smoke", mixed), tmp_path / "plain")._get_train_sampler()
+    plain.set_epoch(1)
+    assert list(sampler) == list(plain)
+    plain.set_epoch(0)
+    assert [i for batch in plain for i in batch][:aux] != first[:aux]
