@@ -52,9 +52,12 @@ class AuxFirstSampler(BatchRebalanceSampler):
         first_aux = len(self.lengths) - self.aux_rows
         aux = [first_aux + i for i in torch.randperm(self.aux_rows, generator=generator).tolist()]
         order = aux + torch.randperm(first_aux, generator=generator).tolist()
-        size = self.effective_batch_size
-        for start in range(0, self.num_full_batches * size, size):
-            yield from self._yield_global_batch(order[start : start + size])
+        size, groups = self.effective_batch_size, self.dp_size * self.grad_accum
+        for start in range(0, self.num_global_batches * size, size):
+            batch = order[start : start + size]  # the last one short when the sampler keeps it
+            if len(batch) < groups:  # as the base sampler: every group gets a row
+                batch += (order * groups)[: groups - len(batch)]
+            yield from self._yield_global_batch(batch)
 
 
 class SFTTrainerSeeded(SFTTrainer):

@@ -49,13 +49,15 @@ def test_aux_first_reads_every_auxiliary_row_before_the_training_rows_in_the_fir
 ):
     """The curriculum (`sft.aux_first`): epoch 0 steps through the auxiliary rows (the dataset's
     last) first, then the training rows; later epochs mix them as without it."""
-    mixed = {**REBALANCED, "data.train_aux": "data/aux/numeracy.jsonl", "data.aux_share": 0.5}
+    mixed = {**REBALANCED, "data.train_aux": "data/aux/numeracy.jsonl", "data.aux_share": 0.45}
     config = load_preset("smoke", {**mixed, "sft.aux_first": True})
     trainer = sft_trainer(config, tmp_path / "first")
     rows = len(trainer.train_dataset)
-    aux = rows // 2  # an aux share of 0.5
+    aux = rows - config.data.max_train_rows  # 39 of 87 rows: the last step a short one
     sampler = trainer._get_train_sampler()
-    first = [i for batch in sampler for i in batch]
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    first = [i for batch in batches for i in batch]
     assert sorted(first) == list(range(rows))
     assert sorted(first[:aux]) == list(range(rows - aux, rows))  # the aux rows, then the rest
     sampler.set_epoch(1)
