@@ -48,7 +48,7 @@ class AuxFirstSampler(BatchRebalanceSampler):
             yield from super().__iter__()
             return
         generator = torch.Generator()
-        generator.manual_seed(self.seed + self.epoch)
+        generator.manual_seed(self.seed)  # as the base sampler seeds epoch 0
         first_aux = len(self.lengths) - self.aux_rows
         aux = [first_aux + i for i in torch.randperm(self.aux_rows, generator=generator).tolist()]
         order = aux + torch.randperm(first_aux, generator=generator).tolist()
