@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pandera.polars as pa
 import polars as pl
 from pandera.polars import PolarsData
@@ -47,7 +48,6 @@ def history_line_pattern(tool: str = r"\S+") -> str:
 PREVIOUS_STEP_LINE = history_line_pattern()
 HISTORY_LINE = re.compile(PREVIOUS_STEP_LINE)
 # json_path_match re-serialises compactly, so a JSON list of strings has exactly this shape.
-COMPACT_STRING_LIST = r'^\[(?:"(?:[^"\\]|\\.)*"(?:,"(?:[^"\\]|\\.)*")*)?\]$'
 
 
 class SampleRecord(BaseModel):
@@ -107,23 +107,6 @@ RECORD_SCHEMA = pl.Schema(
 )
 
 
-def _json_at(column: str, path: str) -> pl.Expr:
-    """The value at a JSONPath of a JSON text column: strings unquoted, the rest compact JSON."""
-    return pl.col(column).str.json_path_match(path)
-
-
-def _is_json_string(parent: str, key: str, value: str) -> pl.Expr:
-    """Whether column `value`, read from `key` of the compact JSON in `parent`, was a JSON string.
-
-    `json_path_match` unquotes strings, so "5" and 5 read alike; re-encoding the value as a string
-    literal and finding `"key":"value"` in the parent's compact text tells them apart (only a
-    nested member with the same key and value could fool it).
-    """
-    literal = pl.struct(pl.col(value).alias("v")).struct.json_encode()
-    literal = literal.str.slice(len('{"v":')).str.head(-1)
-    return pl.col(parent).str.contains(pl.lit(f'"{key}":') + literal, literal=True)
-
-
 def _params_error(pair: dict[str, str | None], catalogue: Catalogue) -> str | None:
     tool, params = pair["action_tool"], pair["action_params"]
     if tool not in catalogue.names or params is None:
@@ -134,30 +117,59 @@ def _params_error(pair: dict[str, str | None], catalogue: Catalogue) -> str | No
 _SOLUTIONS_PER_SLICE = 100_000
 
 
+_NOT_AN_OBJECT = (False, None, None, None, None)
+
+
+def _compact(value: object) -> str:
+    """`value` as compact JSON, as polars' JSON functions write it (orjson and polars' serde
+    write the same text: key order kept, floats shortest round-trip, non-ASCII as is)."""
+    return orjson.dumps(value).decode()
+
+
+def _parts_of(
+    solution: str | None,
+) -> tuple[bool, str | None, str | None, str | None, str | None]:
+    """One solution's typed parts (`solution_parts`), read by orjson: what is not JSON for it
+    (NaN, a lone surrogate, text after the object) is not JSON for polars either."""
+    if solution is None:
+        return _NOT_AN_OBJECT
+    try:
+        value = orjson.loads(solution)
+    except orjson.JSONDecodeError:
+        return _NOT_AN_OBJECT
+    if not isinstance(value, dict):
+        return _NOT_AN_OBJECT
+    thought, action, plan = value.get("thought"), value.get("action"), value.get("plan")
+    action = action if isinstance(action, dict) else {}
+    tool, params = action.get("tool"), action.get("params")
+    strings = isinstance(plan, list) and all(isinstance(step, str) for step in plan)
+    return (
+        True,
+        thought if isinstance(thought, str) else None,
+        tool if isinstance(tool, str) else None,
+        _compact(params) if isinstance(params, dict) else None,
+        _compact(plan) if strings else None,
+    )
+
+
+_PARTS_SCHEMA = {
+    "solution_is_object": pl.Boolean,
+    "thought": pl.String,
+    "action_tool": pl.String,
+    "action_params": pl.String,
+    "plan": pl.String,
+}
+
+
 def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
-    """Per solution of `distinct` (its one column), the typed parts `parse_solution` adds."""
-    text = distinct.with_columns(
-        root=_json_at("solution", "$"),
-        thought=_json_at("solution", "$.thought"),
-        action=_json_at("solution", "$.action"),
-        plan=_json_at("solution", "$.plan"),
-    ).with_columns(
-        action_tool=_json_at("action", "$.tool"), action_params=_json_at("action", "$.params")
+    """Per solution of `distinct` (its one column), the typed parts `parse_solution` adds: each
+    solution decoded once, by orjson (a third of the time of six JSON paths in polars, each of
+    which decodes the whole text again, and exact about types where paths unquote strings)."""
+    solutions = distinct.get_column("solution")
+    parts = pl.DataFrame(
+        [_parts_of(text) for text in solutions], schema=_PARTS_SCHEMA, orient="row"
     )
-    return text.select(
-        "solution",
-        solution_is_object=pl.col("root").str.starts_with("{").fill_null(False),
-        thought=pl.when(_is_json_string("root", "thought", "thought")).then("thought"),
-        action_tool=pl.when(_is_json_string("action", "tool", "action_tool")).then("action_tool"),
-        action_params=pl.when(
-            pl.col("action_params").str.starts_with("{")
-            & ~_is_json_string("action", "params", "action_params")
-        ).then("action_params"),
-        plan=pl.when(
-            pl.col("plan").str.contains(COMPACT_STRING_LIST)
-            & ~_is_json_string("root", "plan", "plan")
-        ).then("plan"),
-    )
+    return parts.insert_column(0, solutions)
 
 
 def _parts_by_solution(frame: pl.DataFrame) -> pl.DataFrame:

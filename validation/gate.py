@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
 import pandera.errors
@@ -216,10 +217,15 @@ def validate_samples(
 
     frame = loaded.frame
     train, evaluation = set(train_files or ()), set(eval_files or ())
-    leaks = leaked_eval_rows(frame, train, evaluation)
-    # the solutions parsed once: the contract checks their parts, the context checks read them
-    parsed = parse_solution(frame, catalogue)
-    failures = sorted([*loaded.problems, *contract_failures(parsed), *leaks], key=report_order)
+    # the conflicts are polars alone: found on another core while this thread reads the
+    # solutions in Python; done before the context checks fork their workers
+    with ThreadPoolExecutor(1) as beside:
+        conflicts = beside.submit(find_label_conflicts, frame)
+        leaks = leaked_eval_rows(frame, train, evaluation)
+        # the solutions parsed once: the contract checks their parts, the context checks read
+        parsed = parse_solution(frame, catalogue)
+        failures = sorted([*loaded.problems, *contract_failures(parsed), *leaks], key=report_order)
+    conflicts_found = conflicts.result()
     parsed = parsed.select(*frame.columns, *PARTS_READ)
     files = list(dict.fromkeys(loaded.files))
     known = train | evaluation
@@ -236,7 +242,7 @@ def validate_samples(
         valid_rows=loaded.rows_read - invalid,
         invalid_rows=invalid,
         failures=failures,
-        conflicts=find_label_conflicts(frame),
+        conflicts=conflicts_found,
         overrides=loaded.overrides,
         warnings=[
             *loaded.warnings,
