@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,35 +122,31 @@ _SOLUTIONS_PER_SLICE = 100_000
 _NOT_AN_OBJECT = (False, None, None, None, None)
 
 
-def _compact(value: object) -> str:
-    """`value` as compact JSON, as polars' JSON functions write it (orjson and polars' serde
-    write the same text: key order kept, floats shortest round-trip, non-ASCII as is)."""
-    return orjson.dumps(value).decode()
-
-
 def _parts_of(
     solution: str | None,
 ) -> tuple[bool, str | None, str | None, str | None, str | None]:
-    """One solution's typed parts (`solution_parts`), read by orjson: what is not JSON for it
-    (NaN, a lone surrogate, text after the object) is not JSON for polars either."""
-    if solution is None:
-        return _NOT_AN_OBJECT
+    """One solution's typed parts (`solution_parts`), read by orjson. Its compact JSON is the
+    text polars' JSON functions write (key order kept, shortest round-trip floats, non-ASCII as
+    is), and what is not JSON for it (NaN, a lone surrogate, text after the object) is not JSON
+    for polars either. orjson builds plain dicts, lists and strings: `type(…) is` tells them."""
     try:
-        value = orjson.loads(solution)
-    except orjson.JSONDecodeError:
+        value = orjson.loads(solution)  # type: ignore[arg-type]  # None: a TypeError
+    except (orjson.JSONDecodeError, TypeError):
         return _NOT_AN_OBJECT
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         return _NOT_AN_OBJECT
     thought, action, plan = value.get("thought"), value.get("action"), value.get("plan")
-    action = action if isinstance(action, dict) else {}
-    tool, params = action.get("tool"), action.get("params")
-    strings = isinstance(plan, list) and all(isinstance(step, str) for step in plan)
+    tool, params = (
+        (action.get("tool"), action.get("params")) if type(action) is dict else (None, None)
+    )
     return (
         True,
-        thought if isinstance(thought, str) else None,
-        tool if isinstance(tool, str) else None,
-        _compact(params) if isinstance(params, dict) else None,
-        _compact(plan) if strings else None,
+        thought if type(thought) is str else None,
+        tool if type(tool) is str else None,
+        orjson.dumps(params).decode() if type(params) is dict else None,
+        orjson.dumps(plan).decode()
+        if type(plan) is list and all(type(step) is str for step in plan)
+        else None,
     )
 
 
@@ -172,14 +170,20 @@ def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
     return parts.insert_column(0, solutions)
 
 
-def _parts_by_solution(frame: pl.DataFrame) -> pl.DataFrame:
-    """`_solution_parts` of each distinct solution of `frame`, a slice at a time: the re-encoded
-    JSON of a million distinct solutions at once took ~0.6 GB more than the frame itself."""
+def _parts_in_slices(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """`_solution_parts` of each distinct solution of `frame`, a slice at a time (one empty
+    slice for no rows): the decoded solutions of a million rows at once take far more memory
+    than the frame itself."""
     distinct = frame.select(pl.col("solution").unique(maintain_order=True))
     if not distinct.height:
-        return _solution_parts(distinct)
-    slices = distinct.iter_slices(_SOLUTIONS_PER_SLICE)
-    return pl.concat([_solution_parts(chunk) for chunk in slices], how="vertical")
+        yield _solution_parts(distinct)
+    for chunk in distinct.iter_slices(_SOLUTIONS_PER_SLICE):
+        yield _solution_parts(chunk)
+
+
+def _parts_by_solution(frame: pl.DataFrame) -> pl.DataFrame:
+    """`_solution_parts` of each distinct solution of `frame`."""
+    return pl.concat(list(_parts_in_slices(frame)), how="vertical")
 
 
 def _beside(frame: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
@@ -202,9 +206,19 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
     the shipped one) says of the row's tools: `params_error` (why the params do not fit the
     tool's JSON Schema); `tool_known` (`tool` is a catalogue tool)."""
     catalogue = catalogue or default_catalogue()
-    parts = _parts_by_solution(frame)
-    # Many solutions share an action: validate each distinct (tool, params) pair once, in
-    # polars where the params are plainly valid (`params_check`), else by fastjsonschema.
+    # each slice's params judged in polars on another core while this one decodes the next
+    with ThreadPoolExecutor(1) as beside:
+        judged = [
+            beside.submit(_with_params_error, parts, catalogue) for parts in _parts_in_slices(frame)
+        ]
+        parts = pl.concat([future.result() for future in judged], how="vertical")
+    return _beside(frame, parts).with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
+
+
+def _with_params_error(parts: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
+    """`parts` with `params_error`. Many solutions share an action: each distinct (tool,
+    params) pair is judged once, in polars where the params are plainly valid
+    (`params_check`), else by fastjsonschema."""
     actions = parts.select("action_tool", "action_params").unique()
     proven = plainly_valid(actions, catalogue)
     judged = actions.filter(~proven).with_columns(
@@ -215,8 +229,7 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
     actions = pl.concat(
         [actions.filter(proven).with_columns(params_error=pl.lit(None, pl.String)), judged]
     )
-    parts = parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
-    return _beside(frame, parts).with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
+    return parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
 
 
 def previous_steps_listed() -> pl.Expr:

@@ -95,17 +95,16 @@ def _wording(text: pl.Expr, catalogue: Catalogue) -> pl.Expr:
     return text if _digits_matter(catalogue) else text.str.replace_all("[1-9]", "0")
 
 
-def _may_name_another_tool(text: pl.Expr, tool: pl.Expr, catalogue: Catalogue) -> pl.Expr:
-    """Whether `consistent_thought(text, tool)` could be False: `text` holds a keyword of another
-    tool (`tool_keywords`), a letter Python folds onto ASCII, or is blank or too long to read
-    back."""
-    others = [
-        (tool != name) & text.str.contains_any(sorted(words), ascii_case_insensitive=True)
-        for name, words in tool_keywords(catalogue).items()
-        if words
-    ]
+def _may_name_another_tool(text: pl.Expr, tool: str, catalogue: Catalogue) -> pl.Expr:
+    """Whether `consistent_thought(text, tool)` could be False: `text` holds a keyword of a tool
+    other than `tool` (`tool_keywords`), a letter Python folds onto ASCII, or is blank or too
+    long to read back."""
+    others = sorted(
+        {word for name, words in tool_keywords(catalogue).items() if name != tool for word in words}
+    )
+    named = text.str.contains_any(others, ascii_case_insensitive=True) if others else pl.lit(False)
     return (
-        pl.any_horizontal(others)
+        named
         | text.str.contains(_FOLDED_ONTO_ASCII)
         | (text.str.strip_chars(_python_whitespace()) == "")
         | (text.str.len_chars() > _READ_BACK_CHARS)
@@ -140,12 +139,20 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
     too_long = (solution.str.len_bytes() > _POLARS_READABLE_CHARS) & (
         solution.str.len_chars() > _POLARS_READABLE_CHARS
     )
-    pairs = (
+    candidates = (
         frame.select(text, "tool")
         .filter(pl.col(text).is_not_null() & tool.is_in(list(catalogue.names)))
         .unique()
         .with_columns(wording=_wording(pl.col(text), catalogue))
-        .filter(_may_name_another_tool(pl.col("wording"), tool, catalogue))
+    )
+    # each text scanned once, for the words of the tools other than its row's
+    by_tool = candidates.partition_by("tool", as_dict=True)
+    pairs = pl.concat(
+        [candidates.head(0)]
+        + [
+            rows.filter(_may_name_another_tool(pl.col("wording"), name, catalogue))
+            for (name,), rows in by_tool.items()
+        ]
     )
     judged = pairs.select("wording", "tool").unique()
     contradicts = spread.map(_contradicts, list(judged.iter_rows()), catalogue)

@@ -28,7 +28,7 @@ from typing import Any
 CHUNKS_PER_WORKER = 4
 # Below this many items a call judges in this process: a chunk's round trip costs more than
 # judging them (~20–60 µs an item).
-MIN_ITEMS_PER_WORKER = 2_000
+MIN_ITEMS_PER_WORKER = 20_000
 
 
 def usable_cpus() -> int:
