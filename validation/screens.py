@@ -10,6 +10,7 @@ depends on the digits' values; polars then reads the values themselves.
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
 
@@ -727,13 +728,18 @@ def screens(
     found = frame.select("plan").join(plans, on="plan", how="left", maintain_order="left")
     frame = frame.hstack([found.get_column("first_planned")])
     lines = _history_lines(frame)
-    frame = _history_screens(frame, lines).with_columns(
-        thought_announces_action=_inconsistent(frame, "thought", catalogue, spread),
-        plan_starts_with_action=_inconsistent(frame, "first_planned", catalogue, spread),
-        step_named_by_request=_unnamed_last_steps(frame, lines, catalogue, spread),
-        branch_matches_figures=_contradicted_branches(frame, lines, spread),
-        params_match_request=_contradicted_params(frame, catalogue, spread),
-    )
+    # the longest screen on a thread of its own: its polars runs while the others' Python reads
+    # texts, and the other way round
+    with ThreadPoolExecutor(1) as beside:
+        params = beside.submit(_contradicted_params, frame, catalogue, spread)
+        flags = {
+            "thought_announces_action": _inconsistent(frame, "thought", catalogue, spread),
+            "plan_starts_with_action": _inconsistent(frame, "first_planned", catalogue, spread),
+            "step_named_by_request": _unnamed_last_steps(frame, lines, catalogue, spread),
+            "branch_matches_figures": _contradicted_branches(frame, lines, spread),
+            "params_match_request": params.result(),
+        }
+    frame = _history_screens(frame, lines).with_columns(**flags)
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))
     read = frame.filter(pl.any_horizontal(_SCENARIO_RULES)).get_column("scenario_id").unique()
