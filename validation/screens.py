@@ -587,8 +587,9 @@ def _stated_otherwise(
     for r in readings:
         value = pl.col(f"value_{r.name}")
         # a value polars does not read where the solution names the param: the rule reads it
-        unread = value.is_null() & pl.col("solution").str.contains(f'"{r.name}"', literal=True)
-        suspects.append(rows.filter(unread).select(ROW))
+        # (the solutions searched only where no value was read: few rows)
+        unread = pl.col("solution").str.contains(f'"{r.name}"', literal=True)
+        suspects.append(rows.filter(value.is_null()).filter(unread).select(ROW))
         if r.kind == "pattern":
             suspects.append(_words_otherwise(rows, r, value))
         elif r.kind == "enum":
@@ -720,8 +721,10 @@ def screens(
     parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
     if not set(PARTS_READ) <= set(frame.columns):
         frame = solution_parts(frame)
-    plans = frame.select(pl.col("plan").unique()).with_columns(
-        first_planned=pl.col("plan").str.json_path_match("$[0]")
+    plans = (
+        frame.select("plan")
+        .unique()
+        .with_columns(first_planned=pl.col("plan").str.json_path_match("$[0]"))
     )
     frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
     # looked up by the key alone and set beside the frame (joining it would copy every column)
