@@ -49,7 +49,6 @@ def history_line_pattern(tool: str = r"\S+") -> str:
 
 PREVIOUS_STEP_LINE = history_line_pattern()
 HISTORY_LINE = re.compile(PREVIOUS_STEP_LINE)
-# json_path_match re-serialises compactly, so a JSON list of strings has exactly this shape.
 
 
 class SampleRecord(BaseModel):
@@ -116,6 +115,7 @@ def _params_error(pair: dict[str, str | None], catalogue: Catalogue) -> str | No
     return catalogue.params_error(tool, json.loads(params))
 
 
+# decoded a slice at a time: one slice's Python objects alive at once, not every solution's
 _SOLUTIONS_PER_SLICE = 100_000
 
 
@@ -130,8 +130,8 @@ def _parts_of(
     is), and what is not JSON for it (NaN, a lone surrogate, text after the object) is not JSON
     for polars either. orjson builds plain dicts, lists and strings: `type(…) is` tells them."""
     try:
-        value = orjson.loads(solution)  # type: ignore[arg-type]  # None: a TypeError
-    except (orjson.JSONDecodeError, TypeError):
+        value = orjson.loads(solution)  # type: ignore[arg-type]  # None: not JSON either
+    except orjson.JSONDecodeError:
         return _NOT_AN_OBJECT
     if type(value) is not dict:
         return _NOT_AN_OBJECT

@@ -218,7 +218,7 @@ def validate_samples(
     frame = loaded.frame
     train, evaluation = set(train_files or ()), set(eval_files or ())
     # the conflicts are polars alone: found on another core while this thread reads the
-    # solutions in Python; done before the context checks fork their workers
+    # solutions in Python
     with ThreadPoolExecutor(1) as beside:
         conflicts = beside.submit(find_label_conflicts, frame)
         leaks = leaked_eval_rows(frame, train, evaluation)

@@ -351,3 +351,51 @@ def test_params_of_real_rows_are_proven_in_polars(domain):
         params = json.dumps(action["params"], ensure_ascii=False, separators=(",", ":"))
         cases.append((action["tool"], params))
     assert all(_proven(catalogue, cases))
+
+
+# --- the solutions' parts (`schemas.samples.solution_parts`) ------------------------------------
+
+
+def _odd_solutions() -> list[str]:
+    """Solutions whose params and plan hold each odd value, written with spaces, escapes and
+    repeated keys, and texts that are not one JSON object."""
+    texts = [solution(params={"account": value, "n": [value]}) for value in _ODD_VALUES]
+    texts += [solution(plan=[str(value), "x"]) for value in _ODD_VALUES]
+    texts += [
+        json.dumps({"thought": "t", "action": {"tool": "t", "params": {"a": 1e-7, "b": 10**20}}}),
+        '{"thought": "\\u00e9\\n\\ud83d\\ude00", "action": {"tool": "x", "params": {}}}',
+        '{"thought": "a", "thought": "b", "action": {"tool": "x", "params": {"k": 1, "k": 2}}}',
+        '{"thought": "t", "action": {"tool": "x", "params": {"k": NaN}}}',
+        '{"thought": "\\ud800", "action": {"tool": "x", "params": {}}}',
+        '{"thought": "t"} trailing',
+        '["not", "an", "object"]',
+    ]
+    return texts
+
+
+def test_solution_parts_are_the_json_values_written_as_polars_writes_them():
+    """The parts are each solution's JSON values of their type (what Python's json reads, where
+    polars reads JSON too), and params and plan are the compact text polars' own JSON functions
+    write: the screens read them with `json_path_match` and compare them with polars' output."""
+    from toolgrpo.schemas.samples import solution_parts
+
+    texts = _odd_solutions()
+    parts = solution_parts(pl.DataFrame({"solution": texts})).to_dicts()
+    polars = pl.DataFrame({"solution": texts}).select(
+        root=pl.col("solution").str.json_path_match("$"),
+        params=pl.col("solution").str.json_path_match("$.action.params"),
+        plan=pl.col("solution").str.json_path_match("$.plan"),
+    )
+    for text, part, read in zip(texts, parts, polars.iter_rows(named=True), strict=True):
+        assert part["solution_is_object"] == (read["root"] or "").startswith("{"), text
+        if not part["solution_is_object"]:
+            nothing = dict.fromkeys(["thought", "action_tool", "action_params", "plan"])
+            assert part == {"solution": text, "solution_is_object": False, **nothing}
+            continue
+        value = json.loads(text)
+        thought, action = value.get("thought"), value.get("action")
+        assert part["thought"] == (thought if isinstance(thought, str) else None), text
+        assert part["action_tool"] == action.get("tool"), text
+        assert part["action_params"] == read["params"], text
+        strings = all(isinstance(step, str) for step in value.get("plan", [None]))
+        assert part["plan"] == (read["plan"] if strings else None), text
