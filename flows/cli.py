@@ -242,7 +242,7 @@ def validate(
     Exit 0: every row valid; 1: some row or file failed; 2: usage error (no files, a missing
     file or a folder, an unusable catalogue), or the report cannot be written.
 
-    Prefect: without PREFECT_API_URL each call starts a temporary local server (~10 s, while
+    Prefect: without PREFECT_API_URL each call starts a temporary local server (~5 s, while
     the files are read) and stops it at the end; runs against a server skip that and show in
     its UI: `prefect server start` in another terminal, then
     `PREFECT_API_URL=http://127.0.0.1:4200/api toolgrpo validate …`.
@@ -252,14 +252,15 @@ def validate(
     if problem := unusable or catalogue_problem(catalogue):
         say(f"toolgrpo validate: {problem}", error=True)
         return 2
-    with temporary_server_starting() as starting:
-        from toolgrpo.flows.data_quality import data_quality
+    with temporary_server_starting():
         from toolgrpo.schemas.catalogue import catalogue_at
         from toolgrpo.tasks.load import read_ahead
+
+        # the files read while the flow is imported, a temporary server starts, the run begins
+        read_ahead(given, overrides, catalogue_at(catalogue))
+        from toolgrpo.flows.data_quality import data_quality
         from toolgrpo.validation.gate import DataGateFailed
 
-        if starting:  # read the files while the server starts, not after
-            read_ahead(given, overrides, catalogue_at(catalogue))
     quiet_console()
     try:
         report = data_quality(

@@ -52,18 +52,18 @@ def prefect_api_problem() -> str | None:
 
 
 @contextlib.contextmanager
-def temporary_server_starting() -> Iterator[bool]:
-    """Start the temporary Prefect server a first flow run would start and wait for (~18 s on 2
-    cores) in the background while the block runs (importing a flow: torch, transformers;
+def temporary_server_starting() -> Iterator[None]:
+    """Start the temporary Prefect server a first flow run would start and wait for (3–10 s on
+    2 cores) in the background while the block runs (importing a flow: torch, transformers;
     reading the files), so the two overlap; the block's end waits for it. Enter it once the
     arguments are checked, so a usage error never waits for a server. Only where no API is
-    configured and a temporary server is allowed (the block gets whether one is starting); a
-    start that fails here is retried, and its error reported, by the flow run."""
+    configured and a temporary server is allowed; a start that fails here is retried, and its
+    error reported, by the flow run."""
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
     if settings.api.url or not settings.server.ephemeral.enabled:
-        yield False
+        yield
         return
 
     def start() -> None:
@@ -75,7 +75,7 @@ def temporary_server_starting() -> Iterator[bool]:
     starting = threading.Thread(target=start, daemon=True)
     starting.start()
     try:
-        yield True
+        yield
     finally:
         starting.join()
 

@@ -4,7 +4,9 @@ rows read ahead of their flow run (`read_ahead`), while a command waits for Pref
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,28 +41,37 @@ def _source(
     return _Source(given, None if overrides is None else str(overrides), files, catalogue)
 
 
-# The one load read ahead (`read_ahead`) and not yet taken by a flow run's `load_samples`.
-_read: tuple[_Source, LoadedSamples] | None = None
+# The one load read ahead (`read_ahead`), done or under way, not yet taken by a flow run's
+# `load_samples`.
+_read: tuple[_Source, Future[LoadedSamples]] | None = None
 
 
 def read_ahead(
     paths: Sequence[Path], overrides: Path | None = None, catalogue: Catalogue | None = None
 ) -> None:
-    """Load `paths` now, outside any flow run, for the next `load_samples` task of this process
-    with the same arguments to take, if the files are then as they were (same inode, size and
-    modification time); otherwise, or if reading fails here, the task reads them itself.
+    """Start loading `paths` now, on a thread of its own and outside any flow run, for the next
+    `load_samples` task of this process with the same arguments to take (waiting for it if it is
+    still reading), if the files are then as they were (same inode, size and modification
+    time); otherwise, or if reading fails here, the task reads them itself.
 
-    A command calls it while the temporary Prefect server starts (`temporary_server_starting`),
-    so reading a large file overlaps the server's start instead of following it."""
+    A command calls it as soon as its arguments are checked, so that reading a large file (polars,
+    off the GIL) overlaps what comes before the flow's first task: importing the flow, starting
+    the temporary Prefect server where there is none (`temporary_server_starting`), creating the
+    flow run."""
     global _read
     source = _source(paths, overrides, catalogue)
     if source is None:
         return
-    try:
-        loaded = loader.load_samples(paths, overrides, catalogue)
-    except Exception:  # the task reads them again, and reports why in the flow run
-        return
-    _read = (source, loaded)
+    reading: Future[LoadedSamples] = Future()
+
+    def read() -> None:
+        try:
+            reading.set_result(loader.load_samples(paths, overrides, catalogue))
+        except BaseException as error:  # any: the task waits on it; it reads them again
+            reading.set_exception(error)
+
+    threading.Thread(target=read, name="read-ahead", daemon=True).start()
+    _read = (source, reading)
 
 
 def _taken(
@@ -70,8 +81,10 @@ def _taken(
     global _read
     if _read is None:
         return None
-    (source, loaded), _read = _read, None
-    return loaded if _source(paths, overrides, catalogue) == source else None
+    (source, reading), _read = _read, None
+    if _source(paths, overrides, catalogue) != source or reading.exception() is not None:
+        return None
+    return reading.result()
 
 
 @task(name="load samples", task_run_name="load", cache_policy=NO_CACHE)

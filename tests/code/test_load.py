@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -284,7 +285,7 @@ BLANK_LINES = [b"", b"   ", b"\x0b\x0c\r"]
 
 
 def test_rows_read_ahead_are_the_next_loads_when_the_files_are_unchanged(tmp_path):
-    """`toolgrpo validate` reads the files while the temporary server starts: the flow's load
+    """`toolgrpo validate` reads the files as soon as its arguments are checked: the flow's load
     takes those rows (once), and reads again when anything differs."""
     path = write_lines(tmp_path / "rows.jsonl", GOOD)
     read_ahead([path])
@@ -300,6 +301,34 @@ def test_a_file_rewritten_after_the_read_ahead_is_read_again(tmp_path):
     read_ahead([path])
     write_lines(path, GOOD, row_bytes())
     assert load_samples.fn([path]).frame["id"].to_list() == [SINGLE["id"], "second"]
+
+
+def test_the_load_waits_for_rows_still_being_read_ahead_and_reads_again_after_a_failure(
+    tmp_path, monkeypatch
+):
+    """The read ahead runs on a thread of its own: the flow's load takes its rows once it is
+    done, and reads the files itself when it failed."""
+    path = write_lines(tmp_path / "rows.jsonl", GOOD)
+    real, reads, release = loader.load_samples, [], threading.Event()
+
+    def slow(*args):
+        reads.append(threading.current_thread().name)
+        release.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(loader, "load_samples", slow)
+    read_ahead([path])
+    threading.Timer(0.3, release.set).start()
+    assert load_samples.fn([path]).frame["id"].to_list() == [SINGLE["id"]]
+    assert reads == ["read-ahead"]  # taken, not read again
+
+    def failing(*args):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(loader, "load_samples", failing)
+    read_ahead([path])
+    monkeypatch.setattr(loader, "load_samples", real)
+    assert load_samples.fn([path]).frame["id"].to_list() == [SINGLE["id"]]
 
 
 def test_only_plain_lines_are_read_by_polars(tmp_path):
