@@ -144,17 +144,16 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
         frame.select(text, "tool")
         .filter(pl.col(text).is_not_null() & tool.is_in(list(catalogue.names)))
         .unique()
-        .with_columns(wording=_wording(pl.col(text), catalogue))
     )
     # each text scanned once, for the words of the tools other than its row's
     by_tool = candidates.partition_by("tool", as_dict=True)
     pairs = pl.concat(
         [candidates.head(0)]
         + [
-            rows.filter(_may_name_another_tool(pl.col("wording"), name, catalogue))
+            rows.filter(_may_name_another_tool(pl.col(text), name, catalogue))
             for (name,), rows in by_tool.items()
         ]
-    )
+    ).with_columns(wording=_wording(pl.col(text), catalogue))
     judged = pairs.select("wording", "tool").unique()
     contradicts = spread.map(_contradicts, list(judged.iter_rows()), catalogue)
     judged = judged.filter(pl.Series(contradicts, dtype=pl.Boolean))
