@@ -82,7 +82,8 @@ def _taken(
     if _read is None:
         return None
     (source, reading), _read = _read, None
-    if _source(paths, overrides, catalogue) != source or reading.exception() is not None:
+    failed = reading.exception() is not None  # done first: never two reads of the files at once
+    if failed or _source(paths, overrides, catalogue) != source:
         return None
     return reading.result()
 
