@@ -65,9 +65,10 @@ def label_inconsistencies(
     The rules read rows in Python (~0.5 ms a row), so `screen` first rules out, in polars, the
     rows a rule is certain to pass (`screens`) and runs each rule on the rest only, with their
     whole scenarios; `screen=False` runs every rule on every row (the reference the screens are
-    tested and benchmarked against: the findings are the same). Where there are thousands of
-    texts to judge or rows to read in Python, they are spread over `workers` processes (default:
-    one per usable CPU; 1: this process only), with the same findings (`spread`).
+    tested and benchmarked against: the findings are the same). Where there are tens of
+    thousands of texts to judge, or thousands of rows to read, in Python, they are spread over
+    `workers` processes (default: one per usable CPU; 1: this process only), with the same
+    findings (`spread`).
     """
     if rows.is_empty():
         return []
