@@ -161,8 +161,8 @@ _PARTS_SCHEMA = {
 
 def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
     """Per solution of `distinct` (its one column), the typed parts `parse_solution` adds: each
-    solution decoded once, by orjson (a third of the time of six JSON paths in polars, each of
-    which decodes the whole text again, and exact about types where paths unquote strings)."""
+    solution decoded once, by orjson (not six JSON paths in polars, each decoding the whole text
+    again; and exact about types, where paths unquote strings)."""
     solutions = distinct.get_column("solution")
     parts = pl.DataFrame(
         [_parts_of(text) for text in solutions], schema=_PARTS_SCHEMA, orient="row"
@@ -171,9 +171,8 @@ def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
 
 
 def _parts_in_slices(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
-    """`_solution_parts` of each distinct solution of `frame`, a slice at a time (one empty
-    slice for no rows): the decoded solutions of a million rows at once take far more memory
-    than the frame itself."""
+    """`_solution_parts` of each distinct solution of `frame`, a slice at a time
+    (`_SOLUTIONS_PER_SLICE`; one empty slice for no rows)."""
     distinct = frame.select(pl.col("solution").unique(maintain_order=True))
     if not distinct.height:
         yield _solution_parts(distinct)
