@@ -14,6 +14,7 @@ from cyclopts import App, Parameter
 
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.flows.prefect_api import (
+    TemporaryServerFailed,
     hide_tracebacks_on_console,
     prefect_api_problem,
     quiet_console,
@@ -643,6 +644,9 @@ def main(tokens: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         say("toolgrpo: interrupted (Ctrl-C); stopped", error=True)
         sys.exit(130)
+    except TemporaryServerFailed as error:
+        say(f"toolgrpo: {error}", error=True)
+        sys.exit(2)
     except BaseException as error:
         if not _stopped_by_sigterm(error):
             raise

@@ -3,11 +3,22 @@ console handler prints. The commands in `cli.py` call these; nothing here parses
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
-import threading
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from prefect.settings import Settings
 
 # The temporary Prefect server can take longer than the 20 s default on a busy 2-core box.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -51,33 +62,104 @@ def prefect_api_problem() -> str | None:
     )
 
 
+class TemporaryServerFailed(RuntimeError):
+    """The temporary Prefect server exited or did not answer in time."""
+
+
+def temporary_api() -> FastAPI:
+    """The app a temporary server serves (uvicorn's factory): Prefect's API as Prefect's own
+    temporary server serves it (no UI, only the services a temporary server runs)."""
+    from prefect.server.api.server import create_app
+
+    return create_app(ephemeral=True, final=True)
+
+
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception): ")
+
+
+class _Server(NamedTuple):
+    process: subprocess.Popen[bytes]
+    url: str  # its API's
+    output: IO[bytes]  # what it prints: read if it fails (a pipe nobody reads would stop it)
+
+
+def _launch(settings: Settings, output: IO[bytes]) -> _Server:
+    """A temporary server's process on a free local port, printing to `output`."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "uvicorn", "--factory", f"{__name__}:temporary_api"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
+    environment = {**os.environ, **settings.to_environment_variables(exclude_unset=True)}
+    process = subprocess.Popen(
+        [*command, "--lifespan", "on"], env=environment, stdout=output, stderr=output
+    )
+    return _Server(process, f"http://127.0.0.1:{port}/api", output)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _wait_until_serving(server: _Server, timeout_s: float) -> None:
+    """Return once `server` answers `/health`; raise `TemporaryServerFailed` if it exits first
+    or does not answer in `timeout_s`."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while server.process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{server.url}/health", timeout=1.0).is_success:
+                return
+        time.sleep(0.05)
+    if server.process.poll() is None:
+        _stop(server.process)
+        raise TemporaryServerFailed(
+            f"the temporary Prefect server did not answer within {timeout_s:.0f} s; set "
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS higher, or run `prefect server "
+            "start` and set PREFECT_API_URL"
+        )
+    server.output.seek(0)
+    lines = server.output.read().decode(errors="replace").strip().splitlines()
+    # the exception that stopped it, not the log line that it stopped
+    errors = [line for line in lines if _EXCEPTION_LINE.match(line)] or lines
+    said = f": {errors[-1]}" if errors else ""
+    raise TemporaryServerFailed(
+        f"the temporary Prefect server exited with status {server.process.returncode}{said}"
+    )
+
+
 @contextlib.contextmanager
 def temporary_server_starting() -> Iterator[None]:
-    """Start the temporary Prefect server a first flow run would start and wait for (3–10 s on
-    2 cores) in the background while the block runs (importing a flow: torch, transformers;
-    reading the files), so the two overlap; the block's end waits for it. Enter it once the
-    arguments are checked, so a usage error never waits for a server. Only where no API is
-    configured and a temporary server is allowed; a start that fails here is retried, and its
-    error reported, by the flow run."""
+    """Start the temporary Prefect server a first flow run would otherwise start and wait for
+    (~3 s of its own, on 2 cores) while the block runs (importing a flow: torch, transformers;
+    reading the files), so the two overlap; the block's end waits until it answers, and from
+    then on this process's flow runs use it (PREFECT_API_URL) until the process exits, as
+    Prefect's own. Prefect's launcher imports the whole server in this process before the
+    server's own process starts (~1.5 s more, competing with the block): this one starts it
+    at once. Enter it once the arguments are checked, so a usage error never waits for a
+    server. Only where no API is configured and a temporary server is allowed."""
+    from prefect.context import refresh_global_settings_context
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
     if settings.api.url or not settings.server.ephemeral.enabled:
         yield
         return
-
-    def start() -> None:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        with contextlib.suppress(Exception):
-            SubprocessASGIServer().start()  # the instance Prefect's client starts and reuses
-
-    starting = threading.Thread(target=start, daemon=True)
-    starting.start()
-    try:
+    with tempfile.TemporaryFile() as output:
+        server = _launch(settings, output)
+        # stopped after the flow runs' own exit handlers (registered later: last in, first out)
+        atexit.register(_stop, server.process)
         yield
-    finally:
-        starting.join()
+        _wait_until_serving(server, settings.server.ephemeral.startup_timeout_seconds)
+    # the settings every thread reads that has no context of its own (Prefect's workers)
+    os.environ["PREFECT_API_URL"] = server.url
+    refresh_global_settings_context()
 
 
 class _NoTracebacks(logging.Filter):

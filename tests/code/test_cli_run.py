@@ -1,15 +1,25 @@
 """`toolgrpo run` refuses a bad preset, `--set` or file before any flow run, run folder or
 temporary server exists; once its arguments hold, the server starts beside the flow's imports."""
 
+import os
+import sqlite3
+import subprocess
+import sys
 import threading
-import time
+from pathlib import Path
 
+import httpx
+import prefect.context
 import pytest
-from prefect.server.api.server import SubprocessASGIServer
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import (
+    PREFECT_API_DATABASE_CONNECTION_URL,
+    PREFECT_API_URL,
+    get_current_settings,
+    temporary_settings,
+)
 
-from toolgrpo.flows import cli
-from toolgrpo.flows.prefect_api import temporary_server_starting
+from toolgrpo.flows import cli, prefect_api
+from toolgrpo.flows.prefect_api import TemporaryServerFailed, temporary_server_starting
 from toolgrpo.flows.retrain import retrain
 
 
@@ -90,34 +100,79 @@ def test_run_options_become_the_flows_typed_parameters(tmp_path):
 
 
 @pytest.fixture
-def server_starts(monkeypatch):
-    """No API configured (a temporary server allowed), and the server's start recorded (it
-    takes 0.3 s) instead of run."""
-    starts = []
+def no_api(monkeypatch):
+    """No API configured (a temporary server allowed); what a temporary server sets for the
+    process (PREFECT_API_URL, Prefect's global settings) undone after the test, and the servers
+    started stopped."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    global_settings = prefect.context.GLOBAL_SETTINGS_CONTEXT
+    monkeypatch.setattr(prefect.context, "GLOBAL_SETTINGS_CONTEXT", global_settings)
+    launched = []
 
-    def start(self, timeout=None):
-        time.sleep(0.3)
-        starts.append(threading.current_thread())
+    def launch(*args):
+        launched.append(launch_for_real(*args))
+        return launched[-1]
 
-    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    launch_for_real = prefect_api._launch
+    monkeypatch.setattr(prefect_api, "_launch", launch)
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
-        yield starts
+        yield launched
+    for server in launched:
+        prefect_api._stop(server.process)
 
 
-def test_the_temporary_server_starts_in_the_background_and_the_block_waits_for_it(server_starts):
+@pytest.mark.slow
+def test_the_temporary_server_starts_before_the_block_and_serves_after_it(no_api):
     with temporary_server_starting():
-        assert server_starts == []  # the block runs while the server starts
-    assert len(server_starts) == 1 and server_starts[0] is not threading.current_thread()
+        (server,) = no_api
+        assert server.process.poll() is None  # starting while the block runs
+    url = os.environ["PREFECT_API_URL"]
+    assert url == server.url and httpx.get(f"{url}/health").is_success
+    # a thread without a settings context of its own (Prefect's workers) reads the global one
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(get_current_settings().api.url))
+    reader.start()
+    reader.join()
+    assert seen == [url]
 
 
-def test_a_usage_error_starts_no_temporary_server(tmp_path, server_starts):
+@pytest.mark.slow
+def test_a_temporary_server_that_cannot_start_is_one_error_naming_why(no_api, tmp_path):
+    database = f"sqlite+aiosqlite:///{tmp_path / 'missing' / 'prefect.db'}"
+    with (
+        temporary_settings(updates={PREFECT_API_DATABASE_CONNECTION_URL: database}),
+        pytest.raises(TemporaryServerFailed, match="unable to open database file"),
+        temporary_server_starting(),
+    ):
+        pass
+    assert "PREFECT_API_URL" not in os.environ
+
+
+def test_a_usage_error_starts_no_temporary_server(tmp_path, no_api):
     assert cli.run(preset="smoke", out=tmp_path / "runs", set_=["grpo_max_steps=20"]) == 2
-    time.sleep(0.5)
-    assert server_starts == []
+    assert no_api == []
 
 
-def test_no_temporary_server_starts_where_an_api_is_configured(server_starts):
+def test_no_temporary_server_starts_where_an_api_is_configured(no_api):
     api = {PREFECT_API_URL: "http://127.0.0.1:9/api"}
     with temporary_settings(updates=api), temporary_server_starting():
         pass
-    assert server_starts == []
+    assert no_api == []
+
+
+@pytest.mark.slow
+def test_validate_without_an_api_runs_on_the_temporary_server_it_started(tmp_path):
+    """The console script as a user runs it with no API configured: its flow run is recorded
+    by the server it started early, and Prefect starts no second one."""
+    home = tmp_path / "prefect"
+    env = {name: value for name, value in os.environ.items() if name != "PREFECT_API_URL"}
+    command = [Path(sys.executable).parent / "toolgrpo", "validate"]
+    command += [cli.DATA_DIR / "eval" / "single_step.jsonl", "--out", tmp_path / "runs"]
+    result = subprocess.run(
+        command, env={**env, "PREFECT_HOME": str(home)}, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Starting temporary server" not in result.stdout + result.stderr  # Prefect's own
+    with sqlite3.connect(home / "prefect.db") as database:
+        runs = database.execute("SELECT state_type FROM flow_run").fetchall()
+    assert runs == [("COMPLETED",)]
