@@ -245,7 +245,10 @@ def normalised_prompt() -> pl.Expr:
 
     `normalise_prompt` is the same rule for one string (the generator's); a test keeps them equal.
     """
-    return pl.col("prompt").str.to_lowercase().str.replace_all(r"\s+", " ").str.strip_chars()
+    # each run of whitespace becomes one space: runs of two or more, and single characters other
+    # than the space (a lone space, the commonest run, is left as it is: 3x faster than `\s+`)
+    collapsed = pl.col("prompt").str.to_lowercase().str.replace_all(r"\s{2,}|[^\S ]", " ")
+    return collapsed.str.strip_chars()
 
 
 def normalise_prompt(prompt: str) -> str:
