@@ -62,6 +62,7 @@ from toolgrpo.schemas.samples import (
 )
 from toolgrpo.validation.stated_values import params_contradictions
 from toolgrpo.validation.wording import (
+    ToolKeywords,
     announcement,
     keyword_patterns,
     mask_identifiers,
@@ -262,7 +263,7 @@ def step_not_repeated(
 
 
 @cache
-def _request_patterns(catalogue: Catalogue) -> dict[str, re.Pattern[str]]:
+def _request_patterns(catalogue: Catalogue) -> dict[str, ToolKeywords]:
     return keyword_patterns(catalogue)
 
 

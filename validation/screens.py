@@ -45,9 +45,7 @@ from toolgrpo.validation.stated_values import (
     param_readings,
     with_unit,
 )
-from toolgrpo.validation.wording import (
-    tool_keywords,
-)
+from toolgrpo.validation.wording import FOLDED_ONTO_ASCII, tool_keywords
 
 ROW = "_row"
 # the solution's parts the screens read (`schemas.samples.solution_parts`): the data gate has
@@ -62,8 +60,6 @@ _POLARS_READABLE_CHARS = MAX_SOLUTION_CHARS
 # A text this long re-encodes (`consistent_thought`) within `first_json_object`'s 20,000 characters
 # even at 12 characters per escaped character; a longer one is never consistent.
 _READ_BACK_CHARS = 1_200
-# The only non-ASCII characters Python's IGNORECASE matches with ASCII letters (re docs).
-_FOLDED_ONTO_ASCII = "[İıſK]"
 
 
 @cache
@@ -106,7 +102,7 @@ def _may_name_another_tool(text: pl.Expr, tool: str, catalogue: Catalogue) -> pl
     named = text.str.contains_any(others, ascii_case_insensitive=True) if others else pl.lit(False)
     return (
         named
-        | text.str.contains(_FOLDED_ONTO_ASCII)
+        | text.str.contains(FOLDED_ONTO_ASCII)
         | (text.str.strip_chars(_python_whitespace()) == "")
         | (text.str.len_chars() > _READ_BACK_CHARS)
     )

@@ -8,6 +8,7 @@ then each tool's keywords matched.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cache
 from typing import NamedTuple
 
@@ -35,34 +36,67 @@ def phrase_pattern(words: list[str]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{_keyword_pattern(w)})" for w in words), re.IGNORECASE)
 
 
-def keyword_patterns(catalogue: Catalogue) -> dict[str, re.Pattern[str]]:
-    """Per tool with keywords, one pattern matching any of its catalogue keywords (en and zh)."""
+# The only non-ASCII characters Python's IGNORECASE matches with ASCII letters (re docs).
+FOLDED_ONTO_ASCII = "[İıſK]"
+_FOLDED_ONTO_ASCII = re.compile(FOLDED_ONTO_ASCII)
+
+
+class ToolKeywords(NamedTuple):
+    """A tool's keywords as one pattern (`phrase_pattern`), and what a text holds, lower-cased,
+    wherever the pattern matches: a keyword's first word (ASCII) or the whole keyword (without
+    letter case, as Chinese). Most texts hold none of a tool's, and a substring test costs a
+    fraction of a pattern's search. None: every text is searched (a keyword with non-ASCII
+    letters that have a case, which IGNORECASE folds otherwise than `str.lower`)."""
+
+    pattern: re.Pattern[str]
+    held: tuple[str, ...] | None
+
+
+def _held(word: str) -> str | None:
+    if word.isascii():
+        return word.split()[0].lower()
+    return word if word.lower() == word.upper() else None
+
+
+def keyword_patterns(catalogue: Catalogue) -> dict[str, ToolKeywords]:
+    """Per tool with keywords, its catalogue keywords (en and zh) as `ToolKeywords`."""
     patterns = {}
     for tool in catalogue.tools:
         words = [*tool.keywords.texts("en"), *tool.keywords.texts("zh")]
         if words:  # an empty alternation would match everywhere
-            patterns[tool.name] = phrase_pattern(words)
+            held = [_held(word) for word in words]
+            texts = None if None in held else tuple(dict.fromkeys(h for h in held if h))
+            patterns[tool.name] = ToolKeywords(phrase_pattern(words), texts)
     return patterns
 
 
-def keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str, list[str]]:
+def _matches(text: str, patterns: dict[str, ToolKeywords]) -> Iterator[tuple[str, re.Match[str]]]:
+    """Each tool's keyword matches in `text`, tool by tool, searching only the tools whose
+    texts it holds (a text with a letter IGNORECASE folds onto ASCII: every tool)."""
+    lowered = text.lower()
+    folded = _FOLDED_ONTO_ASCII.search(text) is not None
+    for name, keywords in patterns.items():
+        held = keywords.held
+        if held is None or folded or any(word in lowered for word in held):
+            for match in keywords.pattern.finditer(text):
+                yield name, match
+
+
+def keyword_hits(request: str, patterns: dict[str, ToolKeywords]) -> dict[str, list[str]]:
     """Per tool, the words of `request` matching its keywords (`keyword_patterns`); tools with
     no match are left out."""
-    hits = {}
-    for name, pattern in patterns.items():
-        found = [match.group(0) for match in pattern.finditer(request)]
-        if found:
-            hits[name] = found
+    hits: dict[str, list[str]] = {}
+    for name, match in _matches(request, patterns):
+        hits.setdefault(name, []).append(match.group(0))
     return hits
 
 
-def outer_keyword_hits(request: str, patterns: dict[str, re.Pattern[str]]) -> dict[str, list[str]]:
+def outer_keyword_hits(request: str, patterns: dict[str, ToolKeywords]) -> dict[str, list[str]]:
     """`keyword_hits` without the hits inside a longer hit of another tool: "stop the music"
     names stop_music, not also play_music ("music")."""
     spans = [
         (match.start(), match.end(), name, match.group(0))
-        for name, pattern in patterns.items()
-        for match in pattern.finditer(request)
+        for name, match in _matches(request, patterns)
     ]
     hits: dict[str, list[str]] = {}
     for start, end, name, word in spans:

@@ -22,6 +22,7 @@ from toolgrpo.schemas.samples import parse_solution
 from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST, STEP_NAMED_BY_REQUEST
 from toolgrpo.validation.screens import PARTS_READ
+from toolgrpo.validation.wording import keyword_hits, keyword_patterns, outer_keyword_hits
 
 HOME = smart_home.catalogue()
 
@@ -215,3 +216,28 @@ def test_a_member_keyword_with_a_digit_is_read_with_the_digits_written(
     found = label_inconsistencies(frame, home)
     assert found == label_inconsistencies(frame, home, screen=False)
     assert [(f.id, f.check) for f in found] == ([("t-1", PARAMS_MATCH_REQUEST)] if flagged else [])
+
+
+def _words(catalogue: Catalogue) -> list[str]:
+    tools = catalogue.tools
+    return [w for tool in tools for lang in ("en", "zh") for w in tool.keywords.texts(lang)]
+
+
+@pytest.mark.parametrize("catalogue", [default_catalogue(), HOME], ids=["finance", "smart home"])
+def test_a_tool_whose_keywords_a_text_does_not_hold_is_one_its_pattern_does_not_match(catalogue):
+    """The substring test before each tool's search changes no hit: texts of the keywords'
+    words in any case, cut, run together and among the letters IGNORECASE folds onto ASCII."""
+    patterns = keyword_patterns(catalogue)
+    searched = {name: keywords._replace(held=None) for name, keywords in patterns.items()}
+    folded = str.maketrans({"s": "ſ", "k": "\u212a", "i": "ı", "I": "İ"})
+    pieces = [
+        piece
+        for word in _words(catalogue)
+        for piece in (word, word.upper(), word.title(), word.translate(folded), word[:3], word[1:])
+    ]
+    pieces += [" ", "  ", ", ", "\n", "ACC123", "100", "不", "x"]
+    rng = random.Random(0)
+    for _ in range(3_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        assert keyword_hits(text, patterns) == keyword_hits(text, searched), text
+        assert outer_keyword_hits(text, patterns) == outer_keyword_hits(text, searched), text
