@@ -243,7 +243,7 @@ def validate(
     Exit 0: every row valid; 1: some row or file failed; 2: usage error (no files, a missing
     file or a folder, an unusable catalogue), or the report cannot be written.
 
-    Prefect: without PREFECT_API_URL each call starts a temporary local server (~5 s, while
+    Prefect: without PREFECT_API_URL each call starts a temporary local server (~3 s, while
     the files are read) and stops it at the end; runs against a server skip that and show in
     its UI: `prefect server start` in another terminal, then
     `PREFECT_API_URL=http://127.0.0.1:4200/api toolgrpo validate …`.

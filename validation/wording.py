@@ -53,8 +53,10 @@ class ToolKeywords(NamedTuple):
 
 
 def _held(word: str) -> str | None:
+    """What a text holds where `word` matches (`ToolKeywords.held`); None: no such text."""
     if word.isascii():
-        return word.split()[0].lower()
+        first = word.split()[:1]
+        return first[0].lower() if first else None
     return word if word.lower() == word.upper() else None
 
 
