@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from cyclopts import App, Parameter
 
-from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
+from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES, SHIPPED_SAMPLES
 from toolgrpo.flows.prefect_api import (
     TemporaryServerFailed,
     hide_tracebacks_on_console,
@@ -205,14 +205,14 @@ def ablate_report(*summaries: Path, out: Path = Path("runs")) -> int:
     ablation.md / .json / .png (mean and range across all their seeds) in a new folder under
     OUT. Exit 0: written; 1: not one experiment, or a summary unreadable; 2: usage error.
     """
-    from toolgrpo.ablation.arms import AblationError
-    from toolgrpo.flows.ablation import ablation_report
-
     missing = [str(path) for path in summaries if not path.exists()]
     if missing or not summaries:
         problem = f"no such file: {', '.join(missing)}" if missing else "no summaries given"
         say(f"ablate-report: {problem}", error=True)
         return 2
+    with temporary_server_starting():
+        from toolgrpo.ablation.arms import AblationError
+        from toolgrpo.flows.ablation import ablation_report
     try:
         report = ablation_report(list(summaries), out=out)
     except AblationError as error:
@@ -311,18 +311,18 @@ def evaluate(
     BATCH_SIZE: default 32 on the CPU, what fits on a GPU. Exit 0: evaluated; 2: a data file,
     the catalogue or the model cannot be read, or the results cannot be written.
     """
-    from pydantic import ValidationError
-
-    from toolgrpo.evaluation.decoding import EvaluationError
-    from toolgrpo.evaluation.predict import EvalSettings
-    from toolgrpo.flows.evaluate import UnreadableData
-    from toolgrpo.flows.evaluate import evaluate as evaluate_flow
-    from toolgrpo.reporting.evaluation import metrics_markdown
-    from toolgrpo.schemas.predictions import PredictionsError
-
     if problem := catalogue_problem(catalogue):
         say(f"toolgrpo evaluate: {problem}", error=True)
         return 2
+    with temporary_server_starting():
+        from pydantic import ValidationError
+
+        from toolgrpo.evaluation.decoding import EvaluationError
+        from toolgrpo.evaluation.predict import EvalSettings
+        from toolgrpo.flows.evaluate import UnreadableData
+        from toolgrpo.flows.evaluate import evaluate as evaluate_flow
+        from toolgrpo.reporting.evaluation import metrics_markdown
+        from toolgrpo.schemas.predictions import PredictionsError
     try:
         settings = EvalSettings(
             max_new_tokens=max_new_tokens, batch_size=batch_size, torch_threads=torch_threads
@@ -360,15 +360,15 @@ def mine(
     findings.md to a new folder under OUT. Exit 0: mined; 2: a predictions file or the
     catalogue is unusable.
     """
-    import polars as pl
-
-    from toolgrpo.flows.mine import mine_predictions
-    from toolgrpo.reporting.mining import findings_markdown
-    from toolgrpo.schemas.predictions import PredictionsError
-
     if problem := catalogue_problem(catalogue):
         say(f"toolgrpo mine: {problem}", error=True)
         return 2
+    with temporary_server_starting():
+        import polars as pl
+
+        from toolgrpo.flows.mine import mine_predictions
+        from toolgrpo.reporting.mining import findings_markdown
+        from toolgrpo.schemas.predictions import PredictionsError
     try:
         report, out_dir = mine_predictions(predictions, audit, out, catalogue)
     except (OSError, pl.exceptions.PolarsError, PredictionsError) as error:
@@ -395,14 +395,13 @@ def apply_review(
     Exit 0: written; 1: a decision, or a line of OVERRIDES, is unusable (one line each says
     where), nothing written; 2: a file is missing, unreadable or cannot be written.
     """
-    from toolgrpo.flows.review import SHIPPED_SAMPLES
-    from toolgrpo.flows.review import apply_review as apply_review_flow
-    from toolgrpo.mining.review import ReviewError
-
     data = data or SHIPPED_SAMPLES
     if unusable := unusable_files([reviewed, *data]):
         say(f"toolgrpo mine apply-review: {unusable}", error=True)
         return 2
+    with temporary_server_starting():
+        from toolgrpo.flows.review import apply_review as apply_review_flow
+        from toolgrpo.mining.review import ReviewError
     try:
         apply_review_flow(reviewed, overrides, data, allow_unknown)
     except ReviewError as error:

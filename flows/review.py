@@ -6,13 +6,10 @@ from pathlib import Path
 
 from prefect import flow
 
-from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
+from toolgrpo.data import LABEL_OVERRIDES, SHIPPED_SAMPLES
 from toolgrpo.mining.review import overrides_from_review
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import write_label_overrides
-
-# The rows a queue of the shipped data was mined from: the training audit and the held-out rows.
-SHIPPED_SAMPLES = sorted([*DATA_DIR.glob("train/*.jsonl"), *DATA_DIR.glob("eval/*.jsonl")])
 
 
 @flow(name="apply-review", log_prints=True)
