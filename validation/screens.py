@@ -456,11 +456,11 @@ def _params_flagged(prompt: str, solution: str, tool: str, catalogue: Catalogue)
     return params_match_request(Label.of(row), {}, catalogue) is not None
 
 
-# What `stated_values` reads from a request's text, as polars columns: its ASCII words (and where
-# each stands, with the directions written before it), a number param's amounts, an enum
-# param's members named (with their directions).
+# What `stated_values` reads from a request's text, as polars columns: where its ASCII words
+# stand, a number param's amounts, an enum param's members named (with their directions).
 # (a row per word, amount or member, built by polars from the tuples: faster than lists of structs)
-_WORDS = {"start": pl.Int64, "end": pl.Int64, FROM: pl.Boolean, TO: pl.Boolean}
+_WORDS = {"start": pl.Int64, "end": pl.Int64}
+_DIRECTIONS = {FROM: pl.Boolean, TO: pl.Boolean}
 _AMOUNTS = {"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64}
 _MEMBERS = {"member": pl.String, FROM: pl.Boolean, TO: pl.Boolean}
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a JSON path reads as written
@@ -492,16 +492,15 @@ def _request_reads(
     text: str, readings: tuple[ParamReading, ...], words: bool
 ) -> tuple[list[Any], ...]:
     """What the params rule reads from a request (or its shape: which texts are amounts, words
-    or members never depends on the digits' values): if `words`, every ASCII word `\b` finds
-    whole, with the directions before it; then per number param its amounts (`_figure_at`) that
-    are not a change and carry a unit if it has units, per enum param the members named with
-    their directions."""
+    or members never depends on the digits' values): if `words`, where each ASCII word `\b`
+    finds whole stands; then per number param its amounts (`_figure_at`) that are not a change
+    and carry a unit if it has units, per enum param the members named with their directions."""
     tokens: list[tuple[Any, ...]] = []
     for match in ASCII_WORD.finditer(text) if words else ():
         start, end = match.span()
         if _word_character(text[start - 1 : start]) or _word_character(text[end : end + 1]):
             continue  # no `\b` on that side: `_occurrences` does not find the word there
-        tokens.append((start, end, *_directions(text, start)))
+        tokens.append((start, end))
     reads: list[list[tuple[Any, ...]]] = [tokens]
     amounts = (
         [m for m in AMOUNT.finditer(text) if not is_change(text, m.start(), m.end())]
@@ -589,7 +588,7 @@ def _stated_otherwise(
         elif r.kind == "number":
             suspects.append(_amounts_otherwise(rows, r, value, tables[r.name]))
     role_readings = [r for r in readings if r.role is not None]
-    suspects.append(_reversed_candidates(rows, role_readings, tables))
+    suspects.append(_reversed_candidates(rows, role_readings, tables, texts, spread))
     return pl.concat(suspects).unique()
 
 
@@ -633,7 +632,11 @@ def _amounts_otherwise(
 
 
 def _reversed_candidates(
-    rows: pl.DataFrame, readings: list[ParamReading], tables: dict[str, pl.DataFrame]
+    rows: pl.DataFrame,
+    readings: list[ParamReading],
+    tables: dict[str, pl.DataFrame],
+    texts: pl.DataFrame,
+    spread: Spread,
 ) -> pl.DataFrame:
     """Rows `_reversed` could flag: a from/to param's value the request writes only after the
     other direction's word, while the other direction's param is written and not marked with its
@@ -656,6 +659,12 @@ def _reversed_candidates(
             found = given.join(tables["words"], on="text_id")
             word = pl.col("request").str.slice(pl.col("start"), pl.col("end") - pl.col("start"))
             found = found.filter(word == pl.col("given"))
+            # the directions read before the words that are a value only (a request's other
+            # words, most of them, are never asked), each (text, word) once
+            at = found.select("text_id", "start").unique().join(texts, on="text_id")
+            directions = spread.map(_directions, list(at.select("text", "start").iter_rows()))
+            at = at.drop("text").hstack(pl.DataFrame(directions, schema=_DIRECTIONS, orient="row"))
+            found = found.join(at, on=["text_id", "start"])
         marks[r.name] = found.group_by(ROW).agg(
             pl.col(FROM).any().alias(f"{r.name}_{FROM}"), pl.col(TO).any().alias(f"{r.name}_{TO}")
         )
