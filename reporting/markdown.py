@@ -15,6 +15,8 @@ from toolgrpo.schemas.problems import visible
 _INLINE_SYNTAX = re.compile(r"[\\`*\[\]<>&|~#]|(?<![^\W_])_|_(?![^\W_])")
 # What makes text a list item when it starts a line: `- `, `+ `, `1. `, `1) ` (`60.0%` is not).
 _LIST_MARKER = re.compile(r"^(\s*(?:[-+]|\d{1,9}[.)]))(?=\s|$)")
+# Dashes alone (with spaces) join a list item's own dash into a thematic break: `- --` is a rule.
+_DASHES = re.compile(r"[ -]*-[ -]*")
 
 
 class Markdown(str):
@@ -31,6 +33,8 @@ def markdown_text(value: object) -> str:
     """`value` as markdown that renders as exactly its text: syntax characters backslash-escaped,
     control characters (line breaks, ANSI escapes) written as escapes."""
     text = _INLINE_SYNTAX.sub(lambda match: "\\" + match[0], visible(str(value)))
+    if _DASHES.fullmatch(text):
+        return text.replace("-", "\\-")
     return _LIST_MARKER.sub(lambda marker: f"{marker[1][:-1]}\\{marker[1][-1]}", text)
 
 

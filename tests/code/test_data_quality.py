@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from prefect.client.orchestration import get_client
@@ -255,6 +255,7 @@ INVISIBLE_CATEGORIES = ["Cs", "Cc", "Cf", "Zl", "Zp"]
         max_size=40,
     )
 )
+@example("--")  # with the list item's own dash, a thematic break
 def test_escaped_text_renders_as_the_text_itself(text):
     html = MarkdownIt("commonmark").enable("table").render(f"- {markdown_text(text)}")
     shown = unescape(re.sub(r"</?(ul|li|p)>", "", html))
