@@ -119,12 +119,12 @@ def _params_error(pair: dict[str, str | None], catalogue: Catalogue) -> str | No
 _SOLUTIONS_PER_SLICE = 100_000
 
 
-_NOT_AN_OBJECT = (False, None, None, None, None)
+_NOT_AN_OBJECT = (False, None, None, None, None, None)
 
 
 def _parts_of(
     solution: str | None,
-) -> tuple[bool, str | None, str | None, str | None, str | None]:
+) -> tuple[bool, str | None, str | None, str | None, str | None, str | None]:
     """One solution's typed parts (`solution_parts`), read by orjson. Its compact JSON is the
     text polars' JSON functions write (key order kept, shortest round-trip floats, non-ASCII as
     is), and what is not JSON for it (NaN, a lone surrogate, text after the object) is not JSON
@@ -139,14 +139,14 @@ def _parts_of(
     tool, params = (
         (action.get("tool"), action.get("params")) if type(action) is dict else (None, None)
     )
+    steps = type(plan) is list and all(type(step) is str for step in plan)
     return (
         True,
         thought if type(thought) is str else None,
         tool if type(tool) is str else None,
         orjson.dumps(params).decode() if type(params) is dict else None,
-        orjson.dumps(plan).decode()
-        if type(plan) is list and all(type(step) is str for step in plan)
-        else None,
+        orjson.dumps(plan).decode() if steps else None,
+        plan[0] if steps and plan else None,
     )
 
 
@@ -156,6 +156,7 @@ _PARTS_SCHEMA = {
     "action_tool": pl.String,
     "action_params": pl.String,
     "plan": pl.String,
+    "first_planned": pl.String,
 }
 
 
@@ -195,8 +196,8 @@ def _beside(frame: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
 def solution_parts(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with its solution's typed parts as columns, each null unless it has its type:
     `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
-    compact JSON); `plan` (a list of strings, as compact JSON). Each distinct solution is parsed
-    once."""
+    compact JSON); `plan` (a list of strings, as compact JSON) and `first_planned` (its first
+    step). Each distinct solution is parsed once."""
     return _beside(frame, _parts_by_solution(frame))
 
 

@@ -50,7 +50,7 @@ from toolgrpo.validation.wording import FOLDED_ONTO_ASCII, tool_keywords
 ROW = "_row"
 # the solution's parts the screens read (`schemas.samples.solution_parts`): the data gate has
 # parsed them already; other callers' rows are parsed here
-PARTS_READ = ("thought", "action_params", "plan")
+PARTS_READ = ("thought", "action_params", "first_planned")
 NEEDED = "_needed"  # a row some rule runs on, or a row of a scenario some scenario rule reads
 _SCENARIO_RULES = ("step_matches_history", "step_not_repeated", "step_named_by_request")
 # Python's JSON reader refuses digit runs over 4,300 and `first_json_object` reads 20,000
@@ -720,15 +720,7 @@ def screens(
     parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
     if not set(PARTS_READ) <= set(frame.columns):
         frame = solution_parts(frame)
-    plans = (
-        frame.select("plan")
-        .unique()
-        .with_columns(first_planned=pl.col("plan").str.json_path_match("$[0]"))
-    )
     frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
-    # looked up by the key alone and set beside the frame (joining it would copy every column)
-    found = frame.select("plan").join(plans, on="plan", how="left", maintain_order="left")
-    frame = frame.hstack([found.get_column("first_planned")])
     lines = _history_lines(frame)
     # the longest screen on a thread of its own: its polars runs while the others' Python reads
     # texts, and the other way round

@@ -367,6 +367,9 @@ def _odd_solutions() -> list[str]:
         '{"thought": "a", "thought": "b", "action": {"tool": "x", "params": {"k": 1, "k": 2}}}',
         '{"thought": "t", "action": {"tool": "x", "params": {"k": NaN}}}',
         '{"thought": "\\ud800", "action": {"tool": "x", "params": {}}}',
+        '{"thought": "t", "action": {"tool": "x", "params": {}}, "plan": []}',
+        '{"thought": "t", "action": {"tool": "x", "params": {}}, "plan": ["\\u00e9 \\"q\\"\\n"]}',
+        '{"thought": "t", "action": {"tool": "x", "params": {}}, "plan": [1, "x"]}',
         '{"thought": "t"} trailing',
         '["not", "an", "object"]',
     ]
@@ -385,11 +388,13 @@ def test_solution_parts_are_the_json_values_written_as_polars_writes_them():
         root=pl.col("solution").str.json_path_match("$"),
         params=pl.col("solution").str.json_path_match("$.action.params"),
         plan=pl.col("solution").str.json_path_match("$.plan"),
+        first_planned=pl.col("solution").str.json_path_match("$.plan[0]"),
     )
     for text, part, read in zip(texts, parts, polars.iter_rows(named=True), strict=True):
         assert part["solution_is_object"] == (read["root"] or "").startswith("{"), text
         if not part["solution_is_object"]:
-            nothing = dict.fromkeys(["thought", "action_tool", "action_params", "plan"])
+            parts_read = ["thought", "action_tool", "action_params", "plan", "first_planned"]
+            nothing = dict.fromkeys(parts_read)
             assert part == {"solution": text, "solution_is_object": False, **nothing}
             continue
         value = json.loads(text)
@@ -399,3 +404,4 @@ def test_solution_parts_are_the_json_values_written_as_polars_writes_them():
         assert part["action_params"] == read["params"], text
         strings = all(isinstance(step, str) for step in value.get("plan", [None]))
         assert part["plan"] == (read["plan"] if strings else None), text
+        assert part["first_planned"] == (read["first_planned"] if strings else None), text
