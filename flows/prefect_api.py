@@ -83,11 +83,15 @@ class _Server(NamedTuple):
     output: IO[bytes]  # what it prints: read if it fails (a pipe nobody reads would stop it)
 
 
-def _launch(settings: Settings, output: IO[bytes]) -> _Server:
-    """A temporary server's process on a free local port, printing to `output`."""
+def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return int(probe.getsockname()[1])
+
+
+def _launch(settings: Settings, output: IO[bytes]) -> _Server:
+    """A temporary server's process on a free local port, printing to `output`."""
+    port = _free_port()
     command = [sys.executable, "-m", "uvicorn", "--factory", f"{__name__}:temporary_api"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
     environment = {**os.environ, **settings.to_environment_variables(exclude_unset=True)}
@@ -106,16 +110,17 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def _wait_until_serving(server: _Server, timeout_s: float) -> None:
-    """Return once `server` answers `/health`; raise `TemporaryServerFailed` if it exits first
-    or does not answer in `timeout_s`."""
+def _serving(server: _Server, timeout_s: float) -> bool:
+    """Whether `server` answers `/health` within `timeout_s`; False where another process took
+    its port first (between the probe and its start); `TemporaryServerFailed` if it exits
+    otherwise or does not answer."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while server.process.poll() is None and time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{server.url}/health", timeout=1.0).is_success:
-                return
+                return True
         time.sleep(0.05)
     if server.process.poll() is None:
         _stop(server.process)
@@ -125,7 +130,10 @@ def _wait_until_serving(server: _Server, timeout_s: float) -> None:
             "start` and set PREFECT_API_URL"
         )
     server.output.seek(0)
-    lines = server.output.read().decode(errors="replace").strip().splitlines()
+    printed = server.output.read().decode(errors="replace")
+    if "address already in use" in printed:
+        return False
+    lines = printed.strip().splitlines()
     # the exception that stopped it, not the log line that it stopped
     errors = [line for line in lines if _EXCEPTION_LINE.match(line)] or lines
     said = f": {errors[-1]}" if errors else ""
@@ -151,12 +159,21 @@ def temporary_server_starting() -> Iterator[None]:
     if settings.api.url or not settings.server.ephemeral.enabled:
         yield
         return
+    timeout_s = settings.server.ephemeral.startup_timeout_seconds
     with tempfile.TemporaryFile() as output:
         server = _launch(settings, output)
         # stopped after the flow runs' own exit handlers (registered later: last in, first out)
         atexit.register(_stop, server.process)
         yield
-        _wait_until_serving(server, settings.server.ephemeral.startup_timeout_seconds)
+        if not _serving(server, timeout_s):  # its port taken: once more, on another
+            output.seek(0)
+            output.truncate()
+            server = _launch(settings, output)
+            atexit.register(_stop, server.process)
+            if not _serving(server, timeout_s):
+                raise TemporaryServerFailed(
+                    "the temporary Prefect server found no free local port twice"
+                )
     # the settings every thread reads that has no context of its own (Prefect's workers)
     os.environ["PREFECT_API_URL"] = server.url
     refresh_global_settings_context()

@@ -2,6 +2,7 @@
 temporary server exists; once its arguments hold, the server starts beside the flow's imports."""
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -145,6 +146,21 @@ def test_a_temporary_server_that_cannot_start_is_one_error_naming_why(no_api, tm
     ):
         pass
     assert "PREFECT_API_URL" not in os.environ
+
+
+@pytest.mark.slow
+def test_a_port_taken_before_the_server_binds_it_is_left_for_another(no_api, monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        free_port = prefect_api._free_port
+        monkeypatch.setattr(prefect_api, "_free_port", lambda: next(ports, None) or free_port())
+        with temporary_server_starting():
+            pass
+    first, second = no_api
+    assert first.process.returncode is not None and second.process.poll() is None
+    assert os.environ["PREFECT_API_URL"] == second.url
 
 
 def test_a_usage_error_starts_no_temporary_server(tmp_path, no_api):
