@@ -718,8 +718,8 @@ def screens(
     judged by `spread`'s workers (default: in this process)."""
     spread = spread or Spread(1)
     parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
-    if not set(PARTS_READ) <= set(frame.columns):
-        frame = solution_parts(frame)
+    if not set(PARTS_READ) <= set(frame.columns):  # all parsed here, none kept twice
+        frame = solution_parts(frame.drop(PARTS_READ, strict=False))
     frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
     lines = _history_lines(frame)
     # the longest screen on a thread of its own: its polars runs while the others' Python reads
