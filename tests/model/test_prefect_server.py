@@ -1,15 +1,12 @@
 """The main job and the data-quality check against a real `prefect server` on loopback, read back
 through the client the way the UI reads them (and, where Chromium is installed, in the UI)."""
 
-import json
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,6 +16,7 @@ from prefect.client.schemas.filters import FlowRunFilter, LogFilter
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from bench.ui_screenshots import check_ui, chromium_path, latest_flow_run, prefect_server
+from bench.ui_screenshots import webhook_receiver as receiving_webhooks
 from toolgrpo.flows.deployments import failure_automation
 
 pytestmark = pytest.mark.slow
@@ -145,24 +143,8 @@ def test_notify_on_failure_creates_the_automation_on_the_server(server):
 @pytest.fixture
 def webhook_receiver() -> Iterator[tuple[str, list[dict]]]:
     """An HTTP server on loopback that keeps the JSON of every POST: its URL and the bodies."""
-    received: list[dict] = []
-
-    class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length", 0))
-            received.append(json.loads(self.rfile.read(length) or b"{}"))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = HTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}/hook", received
-    finally:
-        httpd.shutdown()
+    with receiving_webhooks() as receiver:
+        yield receiver
 
 
 def test_a_failed_deployment_run_sends_a_notification_that_links_to_it(
