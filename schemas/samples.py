@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.params_check import plainly_valid
+from toolgrpo.schemas.plain_solutions import read_plainly
 from toolgrpo.schemas.problems import shown
 
 KINDS = ("single", "multi")
@@ -160,25 +161,24 @@ _PARTS_SCHEMA = {
 }
 
 
-def _solution_parts(distinct: pl.DataFrame) -> pl.DataFrame:
-    """Per solution of `distinct` (its one column), the typed parts `parse_solution` adds: each
-    solution decoded once, by orjson (not six JSON paths in polars, each decoding the whole text
-    again; and exact about types, where paths unquote strings)."""
-    solutions = distinct.get_column("solution")
+def _solution_parts(solutions: pl.Series) -> pl.DataFrame:
+    """Per solution of `solutions`, the typed parts `parse_solution` adds, decoded by orjson
+    (not six JSON paths in polars, each decoding the whole text again; and exact about types,
+    where paths unquote strings)."""
     parts = pl.DataFrame(
         [_parts_of(text) for text in solutions], schema=_PARTS_SCHEMA, orient="row"
     )
-    return parts.insert_column(0, solutions)
+    return parts.insert_column(0, solutions.alias("solution"))
 
 
 def _parts_in_slices(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
-    """`_solution_parts` of each distinct solution of `frame`, a slice at a time
-    (`_SOLUTIONS_PER_SLICE`; one empty slice for no rows)."""
-    distinct = frame.select(pl.col("solution").unique(maintain_order=True))
-    if not distinct.height:
-        yield _solution_parts(distinct)
-    for chunk in distinct.iter_slices(_SOLUTIONS_PER_SLICE):
-        yield _solution_parts(chunk)
+    """`_solution_parts` of each distinct solution of `frame`: those of the plain shape read by
+    polars at once (`read_plainly`), then the others decoded a slice at a time
+    (`_SOLUTIONS_PER_SLICE`)."""
+    plain, others = read_plainly(frame.get_column("solution").unique(maintain_order=True))
+    yield plain
+    for start in range(0, others.len(), _SOLUTIONS_PER_SLICE):
+        yield _solution_parts(others.slice(start, _SOLUTIONS_PER_SLICE))
 
 
 def _parts_by_solution(frame: pl.DataFrame) -> pl.DataFrame:

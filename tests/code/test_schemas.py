@@ -405,3 +405,74 @@ def test_solution_parts_are_the_json_values_written_as_polars_writes_them():
         strings = all(isinstance(step, str) for step in value.get("plan", [None]))
         assert part["plan"] == (read["plan"] if strings else None), text
         assert part["first_planned"] == (read["first_planned"] if strings else None), text
+
+
+# --- plainly written solutions read by polars (`schemas.plain_solutions`) -----------------------
+
+# texts with nothing to escape, and texts of characters that end a string, escape, separate or
+# nest, or only look like that; numbers as written, with those orjson writes otherwise
+_PLAIN_TEXT = st.text(alphabet=st.sampled_from(list("aZ中 :,{}[]\u2028")), max_size=5)
+_TRICKY_TEXT = st.one_of(
+    _PLAIN_TEXT,
+    st.sampled_from([": a", "a, ", ", ", ": ", ",", '"', "\\", "\x01", "\n"]),
+)
+_NUMBER_TEXT = st.one_of(
+    st.from_regex(r"-?(0|[1-9][0-9]{0,16})(\.[0-9]{1,9})?([eE][+-]?[0-9])?", fullmatch=True),
+    st.sampled_from(["0", "-0", "1.0", "1.50", "0.00001", "0.000001", "-0.0", "1e2", "7"]),
+)
+
+
+@st.composite
+def _solution_texts(draw: st.DrawFn) -> str:
+    """A solution as a JSON library or a person may write it, mostly plain: `json.dumps`'s
+    separators or others, strings escaped or not (or written raw, as no JSON library would),
+    numbers as written, keys repeated or in another order, nested values."""
+    item, key = draw(st.sampled_from([(", ", ": "), (",", ":"), (", ", ":"), (" , ", " : ")]))
+
+    def string(text: str) -> str:
+        if draw(st.integers(0, 9)) == 0:
+            return f'"{text}"'
+        return json.dumps(text, ensure_ascii=draw(st.integers(0, 9)) == 0)
+
+    value = st.one_of(
+        _TRICKY_TEXT.map(string),
+        _NUMBER_TEXT,
+        st.sampled_from(["true", "false", "null", "[1]", '{"a": 1}']),
+    )
+    names = st.sampled_from(["a", "b_1", "a", "é", ""])
+    pairs = draw(st.lists(st.tuples(names, value), max_size=4))
+    params = "{" + item.join(f"{string(k)}{key}{v}" for k, v in pairs) + "}"
+    steps = item.join(string(step) for step in draw(st.lists(_TRICKY_TEXT, max_size=3)))
+    action = [f'"tool"{key}{string(draw(_PLAIN_TEXT))}', f'"params"{key}{params}']
+    fields = {
+        "thought": string(draw(_TRICKY_TEXT)),
+        "action": "{" + item.join(action) + "}",
+        "plan": f"[{steps}]",
+    }
+    order = draw(st.permutations(list(fields))) if draw(st.integers(0, 9)) == 0 else list(fields)
+    return "{" + item.join(f'"{name}"{key}{fields[name]}' for name in order) + "}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_solution_texts(), min_size=1, max_size=20))
+def test_plain_solutions_read_by_polars_have_the_parts_orjson_reads(texts: list[str]):
+    """A solution polars reads as plain has exactly the parts orjson decodes from it; every other
+    one is left to orjson, so none is lost."""
+    from toolgrpo.schemas.plain_solutions import read_plainly
+    from toolgrpo.schemas.samples import _solution_parts
+
+    solutions = pl.Series("solution", texts).unique()
+    plain, others = read_plainly(solutions)
+    assert sorted([*plain.get_column("solution"), *others]) == sorted(solutions)
+    decoded = _solution_parts(plain.get_column("solution"))
+    assert plain.to_dicts() == decoded.to_dicts()
+
+
+def test_solutions_written_by_json_dumps_are_read_by_polars():
+    """The shipped solutions (`json.dumps`, as most JSON libraries write) are all plain: the gate
+    decodes none of them in Python."""
+    from toolgrpo.data import SHIPPED_SAMPLES
+    from toolgrpo.schemas.plain_solutions import read_plainly
+
+    solutions = pl.concat([pl.read_ndjson(f).get_column("solution") for f in SHIPPED_SAMPLES])
+    assert read_plainly(solutions.unique())[1].is_empty()
