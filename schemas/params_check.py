@@ -144,18 +144,19 @@ def _tool_check(schema: dict[str, Any], params: pl.Expr) -> pl.Expr | None:
 def plainly_valid(actions: pl.DataFrame, catalogue: Catalogue) -> pl.Series:
     """Per row of `actions` (`action_tool`, `action_params`: compact JSON text), whether polars
     proves the params valid for the tool by its catalogue schema; False where it cannot tell
-    (fastjsonschema then judges the row). Each tool's check runs on that tool's rows only."""
-    proven = []
-    indexed = actions.select("action_tool", "action_params").with_row_index("index")
+    (fastjsonschema then judges the row). Each tool's check runs on that tool's rows only, all
+    in one lazy query: polars reads each param's value once (a check reads it several times)."""
+    indexed = actions.lazy().select("action_tool", "action_params").with_row_index("index")
+    proven = [indexed.select("index", proven=pl.lit(False)).head(0)]
     for spec in catalogue.tools:
         check = _tool_check(spec.params, pl.col("action_params"))
         if check is not None:
             rows = indexed.filter(pl.col("action_tool") == spec.name)
             proven.append(rows.select("index", proven=check.fill_null(False)))
-    found = pl.concat([indexed.select("index").head(0).with_columns(proven=pl.lit(False)), *proven])
     return (
         indexed.select("index")
-        .join(found, on="index", how="left", maintain_order="left")
-        .get_column("proven")
-        .fill_null(False)
+        .join(pl.concat(proven), on="index", how="left", maintain_order="left")
+        .select(pl.col("proven").fill_null(False))
+        .collect()
+        .to_series()
     )

@@ -57,6 +57,7 @@ def read_plainly(solutions: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
     params, steps = found.struct.field("params"), found.struct.field("steps")
     read = (
         solutions.to_frame("solution")
+        .lazy()
         .with_columns(
             found=pl.col("solution").str.extract_groups(_PARTS),
             shaped=pl.col("solution").str.contains(_PLAIN_SOLUTION),
@@ -71,6 +72,7 @@ def read_plainly(solutions: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
                 pl.col("shaped") & ~pl.col("spaced") & (keys.list.n_unique() == keys.list.len())
             ).fill_null(False)
         )
+        .collect()
     )
     plain = read.filter("plain").select(
         "solution",
