@@ -334,7 +334,7 @@ def _shapes(column: pl.Expr) -> pl.Expr:
     return column.str.replace_all("[1-9]", "0")
 
 
-def _figure_values(frame: pl.DataFrame, text: str, place: str) -> pl.Expr:
+def _figure_values(text: str, place: str) -> pl.Expr:
     """The value `amount_of` reads from column `text` at the place `{place}_start`, …, or null
     where polars might read it otherwise than Python (not plain digits, too many)."""
     start = pl.col(f"{place}_start")
@@ -378,7 +378,7 @@ def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
     for tool, name in (("check_balance", "balance"), ("get_quote", "price")):
         frame = _with_shape_info(frame, tool, _AMOUNT_FIELDS, _sole_figure, spread, f"{name}_")
     values = {
-        place: _figure_values(frame, text, place)
+        place: _figure_values(text, place)
         for text, place in [
             ("request", "asked"),
             ("request", "limit"),
@@ -608,10 +608,12 @@ def _amounts_otherwise(
 ) -> pl.DataFrame:
     """Rows whose number param is none of the amounts (`amounts`: per request text) its request
     states within its bounds, or with an amount polars may read otherwise than Python."""
-    spans = rows.select(ROW, "request", "text_id", given=value.cast(pl.Float64, strict=False)).join(
-        amounts.rename({k: f"amount_{k}" for k in _AMOUNTS}), on="text_id"
+    spans = (
+        rows.lazy()
+        .select(ROW, "request", "text_id", given=value.cast(pl.Float64, strict=False))
+        .join(amounts.lazy().rename({k: f"amount_{k}" for k in _AMOUNTS}), on="text_id")
     )
-    spans = spans.select(ROW, "given", amount=_figure_values(spans, "request", "amount"))
+    spans = spans.select(ROW, "given", amount=_figure_values("request", "amount"))
     amount, given = pl.col("amount"), pl.col("given")
     low, high = pl.lit(reading.low), pl.lit(reading.high)
     in_bounds = (amount >= low if reading.low_inclusive else amount > low) & (
@@ -628,7 +630,8 @@ def _amounts_otherwise(
         matched=(in_bounds & close).fill_null(False),
     )
     judged = spans.group_by(ROW).agg(pl.all().any())
-    return judged.filter(pl.col("unread") | (pl.col("stated") & ~pl.col("matched"))).select(ROW)
+    suspects = judged.filter(pl.col("unread") | (pl.col("stated") & ~pl.col("matched")))
+    return suspects.select(ROW).collect()
 
 
 def _reversed_candidates(
