@@ -556,14 +556,15 @@ def _stated_otherwise(
     digits_matter = any(_reads_digits(pattern) for pattern in said)
     text = pl.col("request") if digits_matter else _shapes(pl.col("request"))
     kept = [r for r in readings if r.kind in ("number", "enum")]
-    rows = rows.with_columns(text=text).with_columns(
+    # where a from/to param's value stands is read from the request's words
+    words = any(r.role is not None and r.kind != "enum" for r in readings)
+    rows = rows.with_columns(
+        text=text if kept or words else pl.lit(None, pl.String),  # else no text is read
         **{
             f"value_{r.name}": pl.col("action_params").str.json_path_match(f"$.{r.name}")
             for r in readings
-        }
+        },
     )
-    # where a from/to param's value stands is read from the request's words
-    words = any(r.role is not None and r.kind != "enum" for r in readings)
     texts = rows.select("text").unique() if kept or words else rows.select("text").head(0)
     reads = spread.map(_request_reads, list(texts.iter_rows()), tuple(kept), words)
     texts = texts.with_row_index("text_id")
