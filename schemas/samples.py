@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,11 +186,13 @@ def _parts_by_solution(frame: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(list(_parts_in_slices(frame)), how="vertical")
 
 
-def _beside(frame: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with `parts`' columns (keyed by solution) looked up by the key column alone, then
-    set beside the frame's own (a join of the whole frame would copy every column of every row)."""
-    found = frame.select("solution").join(parts, on="solution", how="left", maintain_order="left")
-    return frame.hstack(found.drop("solution").get_columns())
+def _beside(frame: pl.DataFrame, table: pl.DataFrame, on: Sequence[str]) -> pl.DataFrame:
+    """`frame` with `table`'s other columns (keyed by `on`; null where no key matches) looked up
+    by the key columns alone, then set beside the frame's own (a join of the whole frame would
+    copy every column of every row)."""
+    keys = frame.select(on)
+    found = keys.join(table, on=on, how="left", nulls_equal=True, maintain_order="left")
+    return frame.hstack(found.drop(on).get_columns())
 
 
 def solution_parts(frame: pl.DataFrame) -> pl.DataFrame:
@@ -198,7 +200,7 @@ def solution_parts(frame: pl.DataFrame) -> pl.DataFrame:
     `solution_is_object`; `thought` and `action_tool` (strings); `action_params` (an object, as
     compact JSON); `plan` (a list of strings, as compact JSON) and `first_planned` (its first
     step). Each distinct solution is parsed once."""
-    return _beside(frame, _parts_by_solution(frame))
+    return _beside(frame, _parts_by_solution(frame), ["solution"])
 
 
 def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> pl.DataFrame:
@@ -212,7 +214,8 @@ def parse_solution(frame: pl.DataFrame, catalogue: Catalogue | None = None) -> p
             beside.submit(_with_params_error, parts, catalogue) for parts in _parts_in_slices(frame)
         ]
         parts = pl.concat([future.result() for future in judged], how="vertical")
-    return _beside(frame, parts).with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
+    parts = _beside(frame, parts, ["solution"])
+    return parts.with_columns(tool_known=pl.col("tool").is_in(catalogue.names))
 
 
 def _with_params_error(parts: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
@@ -226,10 +229,8 @@ def _with_params_error(parts: pl.DataFrame, catalogue: Catalogue) -> pl.DataFram
             lambda pair: _params_error(pair, catalogue), return_dtype=pl.String
         )
     )
-    actions = pl.concat(
-        [actions.filter(proven).with_columns(params_error=pl.lit(None, pl.String)), judged]
-    )
-    return parts.join(actions, on=["action_tool", "action_params"], how="left", nulls_equal=True)
+    failing = judged.filter(pl.col("params_error").is_not_null())
+    return _beside(parts, failing, ["action_tool", "action_params"])
 
 
 def previous_steps_listed() -> pl.Expr:
