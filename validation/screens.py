@@ -725,11 +725,11 @@ def screens(
     if not set(PARTS_READ) <= set(frame.columns):  # all parsed here, none kept twice
         frame = solution_parts(frame.drop(PARTS_READ, strict=False))
     frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
-    lines = _history_lines(frame)
     # the longest screen on a thread of its own: its polars runs while the others' Python reads
     # texts, and the other way round
     with ThreadPoolExecutor(1) as beside:
         params = beside.submit(_contradicted_params, frame, catalogue, spread)
+        lines = _history_lines(frame)
         flags = {
             "thought_announces_action": _inconsistent(frame, "thought", catalogue, spread),
             "plan_starts_with_action": _inconsistent(frame, "first_planned", catalogue, spread),
