@@ -51,13 +51,14 @@ def data_quality(
     train_files, eval_files = train_files or [], eval_files or []
     paths = [*(files or []), *train_files, *eval_files]
     tools = catalogue_at(catalogue)
-    # sha256 and polars both release the GIL: the tag's hash runs while the files load
-    loading = load_samples.submit(paths, overrides, tools)
-    tag_flow_run(*DATA_QUALITY_TAGS, f"data:{files_hash(paths)[:SHORT_HASH]}")
-    samples = loading.result()
-    checked = validate_samples(
+    samples = load_samples(paths, overrides, tools)
+    # sha256 releases the GIL: the tag's hash runs while the rows are checked (the files were
+    # most often read before the run began: `read_ahead`)
+    checking = validate_samples.submit(
         samples, list(map(str, train_files)), list(map(str, eval_files)), tools
     )
+    tag_flow_run(*DATA_QUALITY_TAGS, f"data:{files_hash(paths)[:SHORT_HASH]}")
+    checked = checking.result()
     counts = summarise_samples(samples)
     report = publish_data_report(checked, counts, new_run_dir(out, "data-quality"))
     return report if report.ok else failed_gate(report)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)
