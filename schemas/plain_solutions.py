@@ -6,9 +6,9 @@ library in one plain shape: `{"thought": …, "action": {"tool": …, "params": 
 with `json.dumps`'s separators or compact ones, strings without escapes, params a flat object of
 plain values. Such a solution's parts are slices of its text: a regular expression tells the
 shape, another cuts the parts out, and polars writes the params and the plan compactly by
-removing the separators' spaces. Every
-other solution (an escape, another key order, a nested value, a number orjson would write
-otherwise, a key written twice) is left to orjson, so the parts are the same either way.
+removing the separators' spaces. Every other solution (an escape, another key order, a nested
+value, a number orjson would write otherwise, a key written twice) is left to orjson, so the
+parts are the same either way.
 """
 
 from __future__ import annotations

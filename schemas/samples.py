@@ -191,7 +191,7 @@ def _beside(frame: pl.DataFrame, table: pl.DataFrame, on: Sequence[str]) -> pl.D
     by the key columns alone, then set beside the frame's own (a join of the whole frame would
     copy every column of every row)."""
     keys = frame.select(on)
-    found = keys.join(table, on=on, how="left", nulls_equal=True, maintain_order="left")
+    found = keys.join(table, on=on, how="left", maintain_order="left")
     return frame.hstack(found.drop(on).get_columns())
 
 
