@@ -241,3 +241,41 @@ def test_a_tool_whose_keywords_a_text_does_not_hold_is_one_its_pattern_does_not_
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
         assert keyword_hits(text, patterns) == keyword_hits(text, searched), text
         assert outer_keyword_hits(text, patterns) == outer_keyword_hits(text, searched), text
+
+
+def test_params_polars_cannot_read_go_to_the_rule_where_the_solution_names_them(tmp_path):
+    """A tool whose from/to params have no pattern, member or amount to screen (a robot moved
+    between places named freely), in a solution that is JSON only to the rules' lenient reading
+    (text after it): polars reads no value, so the row goes to the rule because its solution
+    names the params, and the rule finds them reversed."""
+    values = smart_home.catalogue_values()
+    move = {"from_place": {"type": "string"}, "to_place": {"type": "string"}}
+    values["tools"].append(
+        {
+            "name": "move_robot",
+            "description": {"en": "Move the cleaning robot from one place to another."},
+            "keywords": {"en": ["move the robot", "send the robot"]},
+            "params": {"type": "object", "properties": move, "required": list(move)},
+        }
+    )
+    catalogue = Catalogue.model_validate(values)
+    params = {"from_place": "kitchen", "to_place": "hallway"}
+    action = {"tool": "move_robot", "params": params}
+    solution = {"thought": "Move it.", "action": action, "plan": ["move the robot"]}
+    row = {
+        "id": "m-1",
+        "scenario_id": "m",
+        "kind": "single",
+        "lang": "en",
+        "step": 1,
+        "n_steps": 1,
+        "prompt": "Move the robot from the hallway to the kitchen.",
+        "solution": json.dumps(solution) + " and so on",
+        "tool": "move_robot",
+    }
+    frame = loaded_rows(tmp_path, row)
+    parsed = parse_solution(frame, catalogue).select(*frame.columns, *PARTS_READ)
+    assert parsed.get_column("action_params").to_list() == [None]
+    reference = label_inconsistencies(frame, catalogue, screen=False)
+    assert [found.check for found in reference] == [PARAMS_MATCH_REQUEST]
+    assert label_inconsistencies(parsed, catalogue) == reference
