@@ -20,7 +20,7 @@ import transformers
 
 from toolgrpo.training.base import run_base
 from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, TrainConfig
-from toolgrpo.training.device import place_here, stage_threads
+from toolgrpo.training.device import end_process_group, place_here, stage_threads
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.model import BaseModelError
 from toolgrpo.training.overrides import load_preset, read_config
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, BaseModelError, SamplesError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    finally:
+        end_process_group()
     print(f"saved {args.stage} model to {model_dir}", flush=True)
     return 0
 

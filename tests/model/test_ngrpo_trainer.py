@@ -16,6 +16,7 @@ import torch
 from datasets import Dataset
 
 from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.device import end_process_group
 from toolgrpo.training.model import build_tiny
 from toolgrpo.training.ngrpo import NGRPOConfig, NGRPOTrainer, ngrpo_advantages, zero_std_groups
 from toolgrpo.training.rewards import ground_truth_reward, tool_reward
@@ -220,6 +221,7 @@ def check_process_slice(output_dir: str) -> None:
         mine = calibrated[rank * received.numel() : (rank + 1) * received.numel()]
         torch.testing.assert_close(received.sort().values, mine.sort().values)
     print(f"rank {rank}: advantages match this process's slice", flush=True)
+    end_process_group()
 
 
 if __name__ == "__main__":
