@@ -244,8 +244,8 @@ def validate(
     file or a folder, an unusable catalogue), or the report cannot be written.
 
     Prefect: without PREFECT_API_URL each call starts a temporary local server (~3 s, while
-    the files are read) and stops it at the end; runs against a server skip that and show in
-    its UI: `prefect server start` in another terminal, then
+    the files are read and checked) and stops it at the end; runs against a server skip that
+    and show in its UI: `prefect server start` in another terminal, then
     `PREFECT_API_URL=http://127.0.0.1:4200/api toolgrpo validate …`.
     """
     given = [*files, *(train or []), *(eval_ or [])]
@@ -255,10 +255,12 @@ def validate(
         return 2
     with temporary_server_starting():
         from toolgrpo.schemas.catalogue import catalogue_at
-        from toolgrpo.tasks.load import read_ahead
+        from toolgrpo.tasks.load import Roles, read_ahead
 
-        # the files read while the flow is imported, a temporary server starts, the run begins
-        read_ahead(given, overrides, catalogue_at(catalogue))
+        # the files read and checked while the flow is imported, a temporary server starts, the
+        # run begins
+        roles = Roles(tuple(map(str, train or [])), tuple(map(str, eval_ or [])))
+        read_ahead(given, overrides, catalogue_at(catalogue), roles)
         from toolgrpo.flows.data_quality import data_quality
         from toolgrpo.validation.gate import DataGateFailed
 

@@ -175,7 +175,9 @@ def _parts_in_slices(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
     """`_solution_parts` of each distinct solution of `frame`: those of the plain shape read by
     polars at once (`read_plainly`), then the others decoded a slice at a time
     (`_SOLUTIONS_PER_SLICE`)."""
-    plain, others = read_plainly(frame.get_column("solution").unique(maintain_order=True))
+    # a frame's unique runs over the cores (a Series' on one: 0.36 against 0.15 s at 1M rows)
+    distinct = frame.select("solution").unique(maintain_order=True).get_column("solution")
+    plain, others = read_plainly(distinct)
     yield plain
     for start in range(0, others.len(), _SOLUTIONS_PER_SLICE):
         yield _solution_parts(others.slice(start, _SOLUTIONS_PER_SLICE))

@@ -1,11 +1,13 @@
 """The loading task: every row of the given files, with what could not be read; and the same
-rows read ahead of their flow run (`read_ahead`), while a command waits for Prefect."""
+rows read, and checked, ahead of their flow run (`read_ahead`), while a command waits for
+Prefect."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import NamedTuple
@@ -14,7 +16,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from toolgrpo.schemas.catalogue import Catalogue
-from toolgrpo.validation import loader
+from toolgrpo.schemas.data_quality import DataReport
+from toolgrpo.validation import gate, loader
 from toolgrpo.validation.loader import LoadedSamples
 
 
@@ -41,37 +44,73 @@ def _source(
     return _Source(given, None if overrides is None else str(overrides), files, catalogue)
 
 
+class Roles(NamedTuple):
+    """The files' roles a check reads (`gate.validate_samples`): training and evaluation files."""
+
+    train: tuple[str, ...]
+    eval: tuple[str, ...]
+
+
+class CheckedAhead(NamedTuple):
+    """The report of rows checked ahead of their flow run, and the seconds the check took."""
+
+    report: DataReport
+    seconds: float
+
+
 # The one load read ahead (`read_ahead`), done or under way, not yet taken by a flow run's
 # `load_samples`.
 _read: tuple[_Source, Future[LoadedSamples]] | None = None
+# Its rows' check, done or under way (a failed read fails it too), with the roles and catalogue
+# it was given, not yet taken by a flow run's check (`checked_ahead`).
+_checked: tuple[Future[LoadedSamples], Roles, Catalogue | None, Future[CheckedAhead]] | None = None
 
 
 def read_ahead(
-    paths: Sequence[Path], overrides: Path | None = None, catalogue: Catalogue | None = None
+    paths: Sequence[Path],
+    overrides: Path | None = None,
+    catalogue: Catalogue | None = None,
+    roles: Roles | None = None,
 ) -> None:
     """Start loading `paths` now, on a thread of its own and outside any flow run, for the next
     `load_samples` task of this process with the same arguments to take (waiting for it if it is
     still reading), if the files are then as they were (same inode, size and modification
-    time); otherwise, or if reading fails here, the task reads them itself.
+    time); otherwise, or if reading fails here, the task reads them itself. Given the files'
+    `roles`, the same thread then checks the rows (`gate.validate_samples`), for the next check
+    of those rows with those roles and catalogue to take (`checked_ahead`).
 
     A command calls it as soon as its arguments are checked, so that reading a large file (polars,
-    off the GIL) overlaps what comes before the flow's first task: importing the flow, starting
-    the temporary Prefect server where there is none (`temporary_server_starting`), creating the
-    flow run."""
-    global _read
+    off the GIL) and checking its rows overlap what comes before the flow's tasks: importing the
+    flow, starting the temporary Prefect server where there is none
+    (`temporary_server_starting`), creating the flow run."""
+    global _read, _checked
     source = _source(paths, overrides, catalogue)
     if source is None:
         return
     reading: Future[LoadedSamples] = Future()
+    checking: Future[CheckedAhead] = Future()
 
     def read() -> None:
         try:
-            reading.set_result(loader.load_samples(paths, overrides, catalogue))
+            loaded = loader.load_samples(paths, overrides, catalogue)
         except BaseException as error:  # any: the task waits on it; it reads them again
             reading.set_exception(error)
+            checking.set_exception(error)
+            return
+        reading.set_result(loaded)
+        if roles is None:
+            return
+        start = time.perf_counter()
+        try:
+            report = gate.validate_samples(loaded, roles.train, roles.eval, catalogue)
+        except BaseException as error:  # the check task checks them itself
+            checking.set_exception(error)
+        else:
+            checking.set_result(CheckedAhead(report, time.perf_counter() - start))
 
     threading.Thread(target=read, name="read-ahead", daemon=True).start()
     _read = (source, reading)
+    _checked = (reading, roles, catalogue, checking) if roles is not None else None
 
 
 def _taken(
@@ -86,6 +125,27 @@ def _taken(
     if failed or _source(paths, overrides, catalogue) != source:
         return None
     return reading.result()
+
+
+def checked_ahead(
+    loaded: LoadedSamples,
+    train_files: Collection[str] | None,
+    eval_files: Collection[str] | None,
+    catalogue: Catalogue | None,
+) -> CheckedAhead | None:
+    """The check `read_ahead` ran, if it checked these very rows (the ones the flow's load took
+    from it) with these roles and catalogue (once). Waits for it to end first, whatever it
+    checked: never two checks of a file's rows at once."""
+    global _checked
+    if _checked is None:
+        return None
+    (reading, roles, checked_catalogue, checking), _checked = _checked, None
+    if checking.exception() is not None:
+        return None
+    given = Roles(tuple(train_files or ()), tuple(eval_files or ()))
+    if reading.result() is not loaded or given != roles or checked_catalogue != catalogue:
+        return None
+    return checking.result()
 
 
 @task(name="load samples", task_run_name="load", cache_policy=NO_CACHE)

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from prefect import flow
 
 from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.numeracy import EXERCISES_FILE
-from toolgrpo.tasks.load import load_samples, read_ahead
+from toolgrpo.tasks.load import Roles, load_samples, read_ahead
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.validate import validate_samples, write_training_rows
-from toolgrpo.validation import loader
+from toolgrpo.validation import gate, loader
 
 GOOD = json.dumps(SINGLE, ensure_ascii=False).encode()
 
@@ -329,6 +330,43 @@ def test_the_load_waits_for_rows_still_being_read_ahead_and_reads_again_after_a_
     read_ahead([path])
     monkeypatch.setattr(loader, "load_samples", real)
     assert load_samples.fn([path]).frame["id"].to_list() == [SINGLE["id"]]
+
+
+@flow
+def load_and_check(paths: list[Path], train: list[str], evaluation: list[str]) -> object:
+    return validate_samples(load_samples(paths), train, evaluation)
+
+
+def test_rows_checked_ahead_are_the_next_checks_of_those_rows_with_those_roles(
+    tmp_path, monkeypatch
+):
+    """`toolgrpo validate` also checks the rows it reads ahead: the flow's check takes that report
+    (once) when it checks the rows its load took, with the same roles and catalogue; any other
+    check, or one after the check ahead failed, runs in the task."""
+    path = write_lines(tmp_path / "rows.jsonl", GOOD, row_bytes())
+    real, checks = gate.validate_samples, []
+
+    def counted(*args):
+        ahead = threading.current_thread().name == "read-ahead"
+        checks.append("ahead" if ahead else "task")
+        if ahead and fail_ahead:
+            raise MemoryError
+        return real(*args)
+
+    monkeypatch.setattr(gate, "validate_samples", counted)
+    fail_ahead = False
+    read_ahead([path], roles=Roles((), ()))
+    assert load_and_check([path], [], []).rows == 2
+    assert checks == ["ahead"]  # taken, not checked again
+    assert load_and_check([path], [], []).rows == 2
+    assert checks == ["ahead", "task"]  # taken once
+
+    read_ahead([path], roles=Roles((str(path),), ()))
+    assert load_and_check([path], [], [str(path)]).rows == 2  # other roles
+    fail_ahead = True
+    read_ahead([path], roles=Roles((), ()))
+    assert load_and_check([path], [], []).rows == 2
+    assert checks[2:] == ["ahead", "task", "ahead", "task"]
 
 
 def test_only_plain_lines_are_read_by_polars(tmp_path):
