@@ -56,6 +56,7 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.build import TRAIN_MULTI_ROWS, TRAIN_SINGLE_ROWS, ScenarioBuilder
 from toolgrpo.reporting.data_quality import render_markdown
 from toolgrpo.schemas.catalogue import default_catalogue as catalogue
+from toolgrpo.schemas.records import RECORD_SCHEMA
 from toolgrpo.schemas.samples import (
     CONDITIONS,
     KINDS,
@@ -63,7 +64,6 @@ from toolgrpo.schemas.samples import (
     MAX_PROMPT_CHARS,
     PREVIOUS_STEP_LINE,
     PREVIOUS_STEPS_HEADER,
-    RECORD_SCHEMA,
     ParsedSample,
     parse_solution,
     solution_parts,

@@ -222,6 +222,34 @@ def ablate_report(*summaries: Path, out: Path = Path("runs")) -> int:
     return 0
 
 
+def _validate_problem(
+    given: list[Path], overrides: Path | None, catalogue: Path | None
+) -> str | None:
+    """Why `validate` cannot read the files `given`, `overrides` or `catalogue`, or None."""
+    unusable = "no files given" if not given else unusable_files([*given, overrides])
+    return unusable or catalogue_problem(catalogue)
+
+
+def _validate_read_ahead(
+    *files: Path,
+    train: list[Path] | None = None,
+    eval_: list[Path] | None = None,
+    overrides: Path | None = None,
+    catalogue: Path | None = None,
+    **_: object,
+) -> None:
+    """Start reading and checking `validate`'s files (`validation.ahead`), if it can read
+    them, before Prefect is imported: the command imports Prefect and the flow, asks the
+    Prefect API, starts a temporary server and the flow run meanwhile."""
+    given = [*files, *(train or []), *(eval_ or [])]
+    if _validate_problem(given, overrides, catalogue) is None:
+        from toolgrpo.schemas.catalogue import catalogue_at
+        from toolgrpo.validation.ahead import Roles, read_ahead
+
+        roles = Roles(tuple(map(str, train or [])), tuple(map(str, eval_ or [])))
+        read_ahead(given, overrides, catalogue_at(catalogue), roles)
+
+
 @app.command
 def validate(
     *files: Path,
@@ -249,18 +277,10 @@ def validate(
     `PREFECT_API_URL=http://127.0.0.1:4200/api toolgrpo validate …`.
     """
     given = [*files, *(train or []), *(eval_ or [])]
-    unusable = "no files given" if not given else unusable_files([*given, overrides])
-    if problem := unusable or catalogue_problem(catalogue):
+    if problem := _validate_problem(given, overrides, catalogue):
         say(f"toolgrpo validate: {problem}", error=True)
         return 2
     with temporary_server_starting():
-        from toolgrpo.schemas.catalogue import catalogue_at
-        from toolgrpo.tasks.load import Roles, read_ahead
-
-        # the files read and checked while the flow is imported, a temporary server starts, the
-        # run begins
-        roles = Roles(tuple(map(str, train or [])), tuple(map(str, eval_ or [])))
-        read_ahead(given, overrides, catalogue_at(catalogue), roles)
         from toolgrpo.flows.data_quality import data_quality
         from toolgrpo.validation.gate import DataGateFailed
 
@@ -624,23 +644,26 @@ def _stopped_by_sigterm(error: BaseException) -> bool:
 def main(tokens: Sequence[str] | None = None) -> None:
     """Console-script entry point: the command's return value is the exit status (2 for a usage
     error; 130 and 143 when Ctrl-C or SIGTERM stops it, with one line). A command that runs
-    flows first checks, in seconds, that the Prefect API answers; a failing one prints no
-    traceback of an error it reports (`serve`, long-running, does)."""
+    flows first checks, in seconds, that the Prefect API answers (`validate` has started
+    reading its files by then); a failing one prints no traceback of an error it reports
+    (`serve`, long-running, does)."""
     command, bound, _ = app.parse_args(tokens)
     # The interpreter's last full garbage collection walks every object Prefect, pydantic and
     # pandera made (~0.8 s of each command's exit); the process is ending, so let the OS free
     # them. atexit runs handlers last in, first out: Prefect's (flush logs, stop the temporary
     # server), registered later, still run first.
     atexit.register(gc.freeze)
-    if command in FLOW_COMMANDS:
-        if problem := prefect_api_problem():
-            say(f"toolgrpo: {problem}", error=True)
-            sys.exit(2)
-        if command is not serve:
-            hide_tracebacks_on_console()
     # Exit codes as a shell reports a process a signal ended (128 + the signal), with one line.
     signal.signal(signal.SIGTERM, _terminate)
     try:
+        if command is validate:
+            _validate_read_ahead(*bound.args, **bound.kwargs)
+        if command in FLOW_COMMANDS:
+            if problem := prefect_api_problem():
+                say(f"toolgrpo: {problem}", error=True)
+                sys.exit(2)
+            if command is not serve:
+                hide_tracebacks_on_console()
         status = command(*bound.args, **bound.kwargs)
     except KeyboardInterrupt:
         say("toolgrpo: interrupted (Ctrl-C); stopped", error=True)

@@ -19,7 +19,6 @@ import orjson
 import pandera.polars as pa
 import polars as pl
 from pandera.polars import PolarsData
-from pydantic import BaseModel, ConfigDict
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.params_check import plainly_valid
@@ -52,25 +51,6 @@ PREVIOUS_STEP_LINE = history_line_pattern()
 HISTORY_LINE = re.compile(PREVIOUS_STEP_LINE)
 
 
-class SampleRecord(BaseModel):
-    """One row as read from a file: the contract's fields with their JSON types, never coerced.
-
-    It gates what can become a table row at all; the rules about values live in `Sample`.
-    """
-
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
-    id: str
-    scenario_id: str
-    kind: str
-    lang: str
-    step: int
-    n_steps: int
-    prompt: str
-    solution: str
-    tool: str
-    condition: str | None = None  # optional: only conditional steps carry it
-
-
 def condition_branch(condition: pl.Expr, kind: pl.Expr, tool: pl.Expr) -> pl.Expr:
     """`condition_holds` / `condition_fails` for a conditional step, null for any other row.
 
@@ -98,15 +78,6 @@ def is_condition_fails(kind: str, tool: str, condition: str | None = None) -> bo
 def is_conditional(kind: str, tool: str, condition: str | None = None) -> bool:
     """`condition_branch` is not null for one row (either branch)."""
     return condition == "holds" or is_condition_fails(kind, tool, condition)
-
-
-CONTRACT_COLUMNS = list(SampleRecord.model_fields)
-RECORD_SCHEMA = pl.Schema(
-    {
-        name: pl.Int64 if field.annotation is int else pl.String
-        for name, field in SampleRecord.model_fields.items()
-    }
-)
 
 
 def _params_error(pair: dict[str, str | None], catalogue: Catalogue) -> str | None:

@@ -29,9 +29,10 @@ from toolgrpo.reporting.data_quality import (
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.files import replace_file, write_csv_file, write_text_file
-from toolgrpo.schemas.samples import CONTRACT_COLUMNS
-from toolgrpo.tasks.load import checked_ahead, load_samples
+from toolgrpo.schemas.records import CONTRACT_COLUMNS
+from toolgrpo.tasks.load import load_samples
 from toolgrpo.validation import gate
+from toolgrpo.validation.ahead import checked_ahead
 from toolgrpo.validation.gate import DataGateFailed
 from toolgrpo.validation.loader import LoadedSamples
 
@@ -56,7 +57,8 @@ def validate_samples(
     catalogue: Catalogue | None = None,
 ) -> DataReport:
     """`validation.gate.validate_samples` as a Prefect task (the report of the check
-    `read_ahead` ran, when it checked these rows with these roles and catalogue)."""
+    `validation.ahead.read_ahead` ran, when it checked these rows with these roles and
+    catalogue)."""
     ahead = checked_ahead(loaded, train_files, eval_files, catalogue)
     if ahead is None:
         return gate.validate_samples(loaded, train_files, eval_files, catalogue)

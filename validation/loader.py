@@ -28,7 +28,7 @@ from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.inputs import input_problem
 from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
-from toolgrpo.schemas.samples import RECORD_SCHEMA, SampleRecord
+from toolgrpo.schemas.records import RECORD_SCHEMA, SampleRecord
 
 # The names of the checks that run while reading, as they appear in reports.
 FILE_EXISTS = "file_exists"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from datetime import datetime
@@ -17,10 +19,11 @@ from prefect import flow
 from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.numeracy import EXERCISES_FILE
-from toolgrpo.tasks.load import Roles, load_samples, read_ahead
+from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.validate import validate_samples, write_training_rows
 from toolgrpo.validation import gate, loader
+from toolgrpo.validation.ahead import Roles, read_ahead
 
 GOOD = json.dumps(SINGLE, ensure_ascii=False).encode()
 
@@ -367,6 +370,16 @@ def test_rows_checked_ahead_are_the_next_checks_of_those_rows_with_those_roles(
     read_ahead([path], roles=Roles((), ()))
     assert load_and_check([path], [], []).rows == 2
     assert checks[2:] == ["ahead", "task", "ahead", "task"]
+
+
+def test_the_read_ahead_needs_neither_prefect_nor_the_checks_libraries():
+    """`toolgrpo validate` starts reading before it imports Prefect (~1 s) and pandera (~0.5 s):
+    the modules the read runs need neither."""
+    imported = "import sys, toolgrpo.validation.ahead; print(sorted(sys.modules))"
+    modules = subprocess.run(
+        [sys.executable, "-c", imported], capture_output=True, text=True, check=True
+    ).stdout
+    assert "'prefect'" not in modules and "'pandera'" not in modules
 
 
 def test_only_plain_lines_are_read_by_polars(tmp_path):
