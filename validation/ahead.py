@@ -101,10 +101,10 @@ def read_ahead(
         reading.set_result(loaded)
         if roles is None:
             return
-        start = time.perf_counter()
         try:
             from toolgrpo.validation import gate  # pandera & co, imported beside the command's
 
+            start = time.perf_counter()
             report = gate.validate_samples(loaded, roles.train, roles.eval, catalogue)
         except BaseException as error:  # the check task checks them itself
             checking.set_exception(error)
