@@ -120,12 +120,15 @@ def rows_read_ahead(
     paths: Sequence[Path], overrides: Path | None, catalogue: Catalogue | None
 ) -> LoadedSamples | None:
     """The rows `read_ahead` read for these arguments, if the files are unchanged (once)."""
-    global _read
+    global _read, _checked
     if _read is None:
         return None
     (source, reading), _read = _read, None
     failed = reading.exception() is not None  # done first: never two reads of the files at once
     if failed or _source(paths, overrides, catalogue) != source:
+        if _checked is not None:  # rows no task takes: their check ends before others are read
+            _checked[-1].exception()
+            _checked = None
         return None
     return reading.result()
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -345,31 +346,49 @@ def test_rows_checked_ahead_are_the_next_checks_of_those_rows_with_those_roles(
 ):
     """`toolgrpo validate` also checks the rows it reads ahead: the flow's check takes that report
     (once) when it checks the rows its load took, with the same roles and catalogue; any other
-    check, or one after the check ahead failed, runs in the task."""
+    check, or one after the check ahead failed, runs in the task. Files rewritten since are read
+    again once the check ahead is done (never two frames of them checked and read at once)."""
     path = write_lines(tmp_path / "rows.jsonl", GOOD, row_bytes())
-    real, checks = gate.validate_samples, []
+    real_check, real_load, done = gate.validate_samples, loader.load_samples, []
 
-    def counted(*args):
-        ahead = threading.current_thread().name == "read-ahead"
-        checks.append("ahead" if ahead else "task")
-        if ahead and fail_ahead:
+    def ahead() -> bool:
+        return threading.current_thread().name == "read-ahead"
+
+    def checked(*args):
+        if ahead() and fail_ahead:
             raise MemoryError
-        return real(*args)
+        time.sleep(0.3 if ahead() else 0)  # a check ahead slower than a read
+        report = real_check(*args)
+        done.append("checked ahead" if ahead() else "checked")
+        return report
 
-    monkeypatch.setattr(gate, "validate_samples", counted)
+    def loaded(*args):
+        rows = real_load(*args)
+        done.append("read ahead" if ahead() else "read")
+        return rows
+
+    monkeypatch.setattr(gate, "validate_samples", checked)
+    monkeypatch.setattr(loader, "load_samples", loaded)
     fail_ahead = False
     read_ahead([path], roles=Roles((), ()))
     assert load_and_check([path], [], []).rows == 2
-    assert checks == ["ahead"]  # taken, not checked again
+    assert done == ["read ahead", "checked ahead"]  # taken, not checked again
     assert load_and_check([path], [], []).rows == 2
-    assert checks == ["ahead", "task"]  # taken once
+    assert done[2:] == ["read", "checked"]  # taken once
 
     read_ahead([path], roles=Roles((str(path),), ()))
     assert load_and_check([path], [], [str(path)]).rows == 2  # other roles
+    assert done[4:] == ["read ahead", "checked ahead", "checked"]
     fail_ahead = True
     read_ahead([path], roles=Roles((), ()))
     assert load_and_check([path], [], []).rows == 2
-    assert checks[2:] == ["ahead", "task", "ahead", "task"]
+    assert done[7:] == ["read ahead", "checked"]
+
+    fail_ahead = False
+    read_ahead([path], roles=Roles((), ()))
+    write_lines(path, GOOD)
+    assert load_and_check([path], [], []).rows == 1
+    assert done[9:] == ["read ahead", "checked ahead", "read", "checked"]
 
 
 def test_the_read_ahead_needs_neither_prefect_nor_the_checks_libraries():
