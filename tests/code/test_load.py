@@ -342,7 +342,7 @@ def load_and_check(paths: list[Path], train: list[str], evaluation: list[str]) -
 
 
 def test_rows_checked_ahead_are_the_next_checks_of_those_rows_with_those_roles(
-    tmp_path, monkeypatch
+    prefect_harness, tmp_path, monkeypatch
 ):
     """`toolgrpo validate` also checks the rows it reads ahead: the flow's check takes that report
     (once) when it checks the rows its load took, with the same roles and catalogue; any other
