@@ -52,8 +52,8 @@ def data_quality(
     paths = [*(files or []), *train_files, *eval_files]
     tools = catalogue_at(catalogue)
     samples = load_samples(paths, overrides, tools)
-    # sha256 releases the GIL: the tag's hash runs while the rows are checked (a command has read
-    # the files before the run began, `read_ahead`: hashing first would hold up the checks)
+    # sha256 releases the GIL: the tag's hash runs while the rows are checked (a command has
+    # read and checked them ahead, `validation.ahead`; a deployment's run checks them here)
     checking = validate_samples.submit(
         samples, list(map(str, train_files)), list(map(str, eval_files)), tools
     )

@@ -59,12 +59,19 @@ class CheckedAhead(NamedTuple):
     seconds: float
 
 
+class _Check(NamedTuple):
+    """A check `read_ahead` runs: of the rows it reads, with these roles and catalogue."""
+
+    rows: Future[LoadedSamples]
+    roles: Roles
+    catalogue: Catalogue | None
+    report: Future[CheckedAhead]  # a failed read fails it too
+
+
 # The one load read ahead (`read_ahead`), done or under way, not yet taken by a flow run's
-# `load_samples`.
+# `load_samples`; and its rows' check, not yet taken by a flow run's check (`checked_ahead`).
 _read: tuple[_Source, Future[LoadedSamples]] | None = None
-# Its rows' check, done or under way (a failed read fails it too), with the roles and catalogue
-# it was given, not yet taken by a flow run's check (`checked_ahead`).
-_checked: tuple[Future[LoadedSamples], Roles, Catalogue | None, Future[CheckedAhead]] | None = None
+_checked: _Check | None = None
 
 
 def read_ahead(
@@ -113,7 +120,7 @@ def read_ahead(
 
     threading.Thread(target=read, name="read-ahead", daemon=True).start()
     _read = (source, reading)
-    _checked = (reading, roles, catalogue, checking) if roles is not None else None
+    _checked = _Check(reading, roles, catalogue, checking) if roles is not None else None
 
 
 def rows_read_ahead(
@@ -127,7 +134,7 @@ def rows_read_ahead(
     failed = reading.exception() is not None  # done first: never two reads of the files at once
     if failed or _source(paths, overrides, catalogue) != source:
         if _checked is not None:  # rows no task takes: their check ends before others are read
-            _checked[-1].exception()
+            _checked.report.exception()
             _checked = None
         return None
     return reading.result()
@@ -145,10 +152,10 @@ def checked_ahead(
     global _checked
     if _checked is None:
         return None
-    (reading, roles, checked_catalogue, checking), _checked = _checked, None
-    if checking.exception() is not None:
+    check, _checked = _checked, None
+    if check.report.exception() is not None:
         return None
     given = Roles(tuple(train_files or ()), tuple(eval_files or ()))
-    if reading.result() is not loaded or given != roles or checked_catalogue != catalogue:
+    if check.rows.result() is not loaded or given != check.roles or check.catalogue != catalogue:
         return None
-    return checking.result()
+    return check.report.result()
