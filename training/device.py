@@ -103,9 +103,20 @@ def place_here(config: TrainConfig) -> Placement:
 
 def end_process_group() -> None:
     """Close the processes' group (several processes: `accelerate launch`) before the interpreter
-    exits: left to the exit, gloo's threads can abort a process whose model is saved ("terminate
-    called without an active exception", SIGABRT; seen once in a 2-process test)."""
+    exits, once the trainer is gone.
+
+    Left to the exit, gloo's threads can abort a process whose model is saved ("terminate called
+    without an active exception", SIGABRT; seen once in a 2-process test). Closed while a
+    DDP-wrapped model still lives, the group's last reference is the model's gradient reducer:
+    freeing the model then joins gloo's threads while holding the GIL, which a thread still
+    dropping its last collective's tensors waits for, and the process hangs (3 of 5 runs of a
+    2-process test that closed the group with its trainer alive). Collecting first frees a
+    trainer that only a reference cycle keeps while the group is still registered;
+    `destroy_process_group` then drops the last reference without the GIL."""
+    import gc
+
     import torch
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        gc.collect()
         torch.distributed.destroy_process_group()
