@@ -465,6 +465,8 @@ _AMOUNTS = {"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64}
 _MEMBERS = {"member": pl.String, FROM: pl.Boolean, TO: pl.Boolean}
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a JSON path reads as written
 _TOKEN_VALUE = r"^[A-Za-z0-9_]{1,64}$"  # a value `_occurrences` finds only as a whole word
+# the bytes of `ASCII_WORD`'s characters (any other character, in UTF-8, has no such byte)
+_WORD_BYTES = list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _REPEAT_COUNT = re.compile(r"(?<=[^(|\\])\{[0-9]+(?:,[0-9]*)?\}")  # `{3}`, `{0,3}`, `{2,}`
 
 
@@ -593,11 +595,34 @@ def _stated_otherwise(
     return pl.concat(suspects).unique()
 
 
+def _written_as_a_word(text: pl.Expr, value: pl.Expr) -> pl.Expr:
+    """Whether `value` is one of `text`'s ASCII words (`ASCII_WORD`) where `text` first writes
+    it: a word on its own, with no word character on either side (false where it is written
+    otherwise first, though a later place may be a word). A literal search and two bytes: no
+    word of the text is cut out."""
+    at = text.str.find(value, literal=True).cast(pl.Int64)
+    end = at + value.str.len_bytes()
+    written = text.cast(pl.Binary)
+    before = written.bin.get(at - 1, null_on_oob=True)  # a character before is a byte ≥ 0x80
+    after = written.bin.get(end, null_on_oob=True)
+    return (
+        value.str.contains(_TOKEN_VALUE)
+        & ((at == 0) | ~before.is_in(_WORD_BYTES))
+        & ((end == text.str.len_bytes()) | ~after.is_in(_WORD_BYTES))
+    )
+
+
 def _words_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr) -> pl.DataFrame:
     """Rows whose patterned param is none of the request's words its pattern matches, while some
     word matches (`stated_words`). A value that is itself such a word of the request is stated:
-    only the other rows have their words matched."""
+    most are found as written on their own (`_written_as_a_word`), and only the other rows have
+    their words cut out and matched."""
     pattern = reading.pattern.pattern
+    found = _written_as_a_word(pl.col("request"), value) & value.str.contains(pattern)
+    # a lazy column, not a filter's predicate: polars then searches each request once, not at
+    # each use of the place found
+    found = rows.lazy().with_columns(_found=found.fill_null(False)).filter(~pl.col("_found"))
+    rows = found.drop("_found").collect()
     words = pl.col("request").str.extract_all(ASCII_WORD.pattern)
     stated = rows.filter(~(words.list.contains(value) & value.str.contains(pattern)))
     matched = words.list.eval(pl.element().filter(pl.element().str.contains(pattern)))

@@ -11,6 +11,8 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
@@ -31,7 +33,8 @@ from toolgrpo.validation.label_rules import (
     THOUGHT_ANNOUNCES_ACTION,
     LabelInconsistency,
 )
-from toolgrpo.validation.screens import PARTS_READ
+from toolgrpo.validation.screens import PARTS_READ, _written_as_a_word
+from toolgrpo.validation.stated_values import ASCII_WORD
 
 # --- amounts ---------------------------------------------------------------------------------
 
@@ -434,6 +437,45 @@ def test_the_params_screen_keeps_every_finding_of_the_rule(tmp_path):
         (reversed_, "Send 5 to ACC002 from ACC001."),
     ]
     assert {f"e-{_PARAMS_EDGES.index(case)}" for case in expected} <= flagged
+
+
+# word characters, others of one byte and of several, and runs about `ASCII_WORD`'s 64
+_AROUND = st.text(alphabet=st.sampled_from(list("aZ0_ .,-我é\n")), max_size=6)
+_VALUES = st.one_of(
+    st.text(alphabet=st.sampled_from(list("aZ0_é-")), max_size=5),
+    st.integers(62, 66).map(lambda n: "a" * n),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(_AROUND, _VALUES, _AROUND, _VALUES), min_size=1, max_size=30))
+def test_a_value_found_written_as_a_word_is_one_of_the_requests_words(cases):
+    """The params screen drops a row whose value the request writes as a word on its own: that
+    value must be among the request's words (`ASCII_WORD`, as the rule cuts them out), for any
+    characters around it, a value twice or written inside a longer word first."""
+    texts = [before + value + after + other for before, value, after, other in cases]
+    values = [value for _, value, _, _ in cases]
+    frame = pl.DataFrame({"text": texts, "value": values})
+    found = frame.select(_written_as_a_word(pl.col("text"), pl.col("value"))).to_series()
+    for text, value, word in zip(texts, values, found.fill_null(False), strict=True):
+        if word:
+            assert value in ASCII_WORD.findall(text), (text, value)
+
+
+def test_a_value_written_on_its_own_is_found_as_a_word():
+    cases = {
+        ("Pay ACC001 now", "ACC001"): True,
+        ("ACC001", "ACC001"): True,
+        ("从 ACC001 转", "ACC001"): True,
+        ("我ACC001", "ACC001"): True,
+        ("To ACC002_ from ACC001", "ACC002"): False,
+        ("xACC003 and ACC003", "ACC003"): False,  # first written inside a word: the rule decides
+        ("Pay ACC-1", "ACC-1"): False,
+        ("Pay ACC004", "ACC005"): False,
+    }
+    frame = pl.DataFrame({"text": [t for t, _ in cases], "value": [v for _, v in cases]})
+    found = frame.select(_written_as_a_word(pl.col("text"), pl.col("value")).fill_null(False))
+    assert found.to_series().to_list() == list(cases.values())
 
 
 def test_a_value_the_history_states_counts_once_the_request_states_one(tmp_path):
