@@ -621,8 +621,8 @@ def _words_otherwise(rows: pl.DataFrame, reading: ParamReading, value: pl.Expr) 
     found = _written_as_a_word(pl.col("request"), value) & value.str.contains(pattern)
     # a lazy column, not a filter's predicate: polars then searches each request once, not at
     # each use of the place found
-    found = rows.lazy().with_columns(_found=found.fill_null(False)).filter(~pl.col("_found"))
-    rows = found.drop("_found").collect()
+    unfound = rows.lazy().with_columns(_found=found.fill_null(False)).filter(~pl.col("_found"))
+    rows = unfound.drop("_found").collect()
     words = pl.col("request").str.extract_all(ASCII_WORD.pattern)
     stated = rows.filter(~(words.list.contains(value) & value.str.contains(pattern)))
     matched = words.list.eval(pl.element().filter(pl.element().str.contains(pattern)))
