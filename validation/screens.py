@@ -603,7 +603,7 @@ def _written_as_a_word(text: pl.Expr, value: pl.Expr) -> pl.Expr:
     at = text.str.find(value, literal=True).cast(pl.Int64)
     end = at + value.str.len_bytes()
     written = text.cast(pl.Binary)
-    before = written.bin.get(at - 1, null_on_oob=True)  # a character before is a byte ≥ 0x80
+    before = written.bin.get(at - 1, null_on_oob=True)
     after = written.bin.get(end, null_on_oob=True)
     return (
         value.str.contains(_TOKEN_VALUE)
