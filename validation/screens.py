@@ -561,12 +561,8 @@ def _stated_otherwise(
     # where a from/to param's value stands is read from the request's words
     words = any(r.role is not None and r.kind != "enum" for r in readings)
     rows = rows.with_columns(
-        text=text if kept or words else pl.lit(None, pl.String),  # else no text is read
-        **{
-            f"value_{r.name}": pl.col("action_params").str.json_path_match(f"$.{r.name}")
-            for r in readings
-        },
-    )
+        text=text if kept or words else pl.lit(None, pl.String)  # else no text is read
+    ).hstack(_param_values(rows.get_column("action_params"), readings).get_columns())
     texts = rows.select("text").unique() if kept or words else rows.select("text").head(0)
     reads = spread.map(_request_reads, list(texts.iter_rows()), tuple(kept), words)
     texts = texts.with_row_index("text_id")
@@ -593,6 +589,21 @@ def _stated_otherwise(
     role_readings = [r for r in readings if r.role is not None]
     suspects.append(_reversed_candidates(rows, role_readings, tables, texts, spread))
     return pl.concat(suspects).unique()
+
+
+def _param_values(params: pl.Series, readings: tuple[ParamReading, ...]) -> pl.DataFrame:
+    """Each reading's value in `params` (JSON objects, each key written once:
+    `solution_parts`) as text, `value_<name>` (null: none), each object decoded once rather
+    than matched by a JSON path per param (~0.4 µs a value). A number comes out as the decoder
+    writes it (`1000.0` as `1000`, the same float): the rule reads a number as a float, and
+    words, members and directions in strings alone. A value that is an array or an object
+    fails the decoding: then each param is matched by path."""
+    try:
+        decoded = params.str.json_decode(pl.Struct({r.name: pl.String for r in readings}))
+    except pl.exceptions.ComputeError:
+        paths = [params.str.json_path_match(f"$.{r.name}").alias(r.name) for r in readings]
+        return pl.DataFrame(paths).select(pl.all().name.prefix("value_"))
+    return decoded.struct.unnest().select(pl.all().name.prefix("value_"))
 
 
 def _written_as_a_word(text: pl.Expr, value: pl.Expr) -> pl.Expr:

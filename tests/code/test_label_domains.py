@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
+import polars as pl
 import pytest
 
 from bench import planting
@@ -18,10 +20,12 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
-from toolgrpo.schemas.samples import parse_solution
+from toolgrpo.schemas.samples import condition_branch, parse_solution
+from toolgrpo.validation import screens as screens_module
 from toolgrpo.validation.context import label_inconsistencies
-from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST, STEP_NAMED_BY_REQUEST
-from toolgrpo.validation.screens import PARTS_READ
+from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST, RULES, STEP_NAMED_BY_REQUEST
+from toolgrpo.validation.screens import NEEDED, PARTS_READ, ROW, screens
+from toolgrpo.validation.spread import Spread
 from toolgrpo.validation.wording import keyword_hits, keyword_patterns, outer_keyword_hits
 
 HOME = smart_home.catalogue()
@@ -40,6 +44,32 @@ def test_the_checks_stay_silent_on_another_domains_clean_rows(seed, tuned):
     rows = smart_home.rows(seed)
     found = planting.context_findings(rows, smart_home.catalogue(tuned))
     assert len({f.id for f in found}) <= 0.01 * len(rows), [f.evidence for f in found][:5]
+
+
+@pytest.mark.parametrize("domain", ["finance", "smart home"])
+def test_the_screens_leave_the_rules_few_rows_of_clean_data(tmp_path, monkeypatch, domain):
+    """The screens exist to spare the rules (~0.5 ms a row) the rows they pass. On a domain's
+    clean rows the rules read at most 1 row in 10 (today: 4% of the finance rows and 6% of
+    the smart-home rows, for the thought rule), and the params and figures rules, which the
+    screens themselves call on the rows polars leaves, none."""
+    judged: Counter[object] = Counter()
+    spread_map = Spread.map
+
+    def counted(self, function, items, *shared, **options):
+        judged[function] += len(items)
+        return spread_map(self, function, items, *shared, **options)
+
+    monkeypatch.setattr(Spread, "map", counted)
+    if domain == "finance":
+        rows, catalogue = _shipped_training_rows(), default_catalogue()
+    else:
+        rows, catalogue = smart_home.rows(0), smart_home.catalogue()
+    frame = loaded_rows(tmp_path, *rows).with_row_index(ROW)
+    branch = condition_branch(pl.col("condition"), pl.col("kind"), pl.col("tool"))
+    flags = screens(frame.with_columns(branch=branch), catalogue)
+    shares = flags.select(pl.col(rule.__name__ for rule in RULES), NEEDED).mean().row(0, named=True)
+    assert max(shares.values()) <= 0.1, shares
+    assert judged[screens_module._params_flagged] == judged[screens_module._figures_hold] == 0
 
 
 def test_a_thought_reporting_the_reading_then_acting_is_consistent(tmp_path):
