@@ -465,6 +465,8 @@ _AMOUNTS = {"start": pl.Int64, "end": pl.Int64, "scale": pl.Float64}
 _MEMBERS = {"member": pl.String, FROM: pl.Boolean, TO: pl.Boolean}
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a JSON path reads as written
 _TOKEN_VALUE = r"^[A-Za-z0-9_]{1,64}$"  # a value `_occurrences` finds only as a whole word
+# The `ASCII_WORD`s with no word character (`\w`: `_occurrences`'s `\b`) on either side
+_WHOLE_ASCII_WORD = re.compile(rf"(?<!\w){ASCII_WORD.pattern}(?!\w)")
 # the bytes of `ASCII_WORD`'s characters (any other character, in UTF-8, has no such byte)
 _WORD_BYTES = list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _REPEAT_COUNT = re.compile(r"(?<=[^(|\\])\{[0-9]+(?:,[0-9]*)?\}")  # `{3}`, `{0,3}`, `{2,}`
@@ -475,12 +477,6 @@ def _directions(text: str, start: int) -> tuple[bool, bool]:
     and to (`stated_values.directions_before`, as the rule reads them)."""
     given = directions_before(text, start)
     return FROM in given, TO in given
-
-
-def _word_character(character: str) -> bool:
-    r"""Whether `character` is one regex `\w` matches in a `str` (Unicode letters and digits,
-    the underscore); False for no character (the text's edge)."""
-    return character.isalnum() or character == "_"
 
 
 def _reads_digits(pattern: str) -> bool:
@@ -497,12 +493,7 @@ def _request_reads(
     or members never depends on the digits' values): if `words`, where each ASCII word `\b`
     finds whole stands; then per number param its amounts (`_figure_at`) that are not a change
     and carry a unit if it has units, per enum param the members named with their directions."""
-    tokens: list[tuple[Any, ...]] = []
-    for match in ASCII_WORD.finditer(text) if words else ():
-        start, end = match.span()
-        if _word_character(text[start - 1 : start]) or _word_character(text[end : end + 1]):
-            continue  # no `\b` on that side: `_occurrences` does not find the word there
-        tokens.append((start, end))
+    tokens = [match.span() for match in _WHOLE_ASCII_WORD.finditer(text)] if words else []
     reads: list[list[tuple[Any, ...]]] = [tokens]
     amounts = (
         [m for m in AMOUNT.finditer(text) if not is_change(text, m.start(), m.end())]

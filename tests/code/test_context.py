@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from toolgrpo.validation.label_rules import (
     THOUGHT_ANNOUNCES_ACTION,
     LabelInconsistency,
 )
-from toolgrpo.validation.screens import PARTS_READ, _written_as_a_word
+from toolgrpo.validation.screens import PARTS_READ, _request_reads, _written_as_a_word
 from toolgrpo.validation.stated_values import ASCII_WORD
 
 # --- amounts ---------------------------------------------------------------------------------
@@ -460,6 +461,20 @@ def test_a_value_found_written_as_a_word_is_one_of_the_requests_words(cases):
     for text, value, word in zip(texts, values, found.fill_null(False), strict=True):
         if word:
             assert value in ASCII_WORD.findall(text), (text, value)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(_AROUND, _VALUES), min_size=1, max_size=30))
+def test_the_words_the_params_screen_reads_are_the_whole_ascii_words(parts):
+    r"""Where the params screen finds a request's words (`_request_reads`): each `ASCII_WORD`
+    with no `\w` character (the rule's `\b`) just before or after it, any characters around."""
+    text = "".join(around + value for around, value in parts)
+
+    def whole(word: re.Match[str]) -> bool:
+        return not re.search(r"\w", text[word.start() - 1 : word.start()] + text[word.end() :][:1])
+
+    expected = [word.span() for word in ASCII_WORD.finditer(text) if whole(word)]
+    assert _request_reads(text, (), words=True)[0] == expected
 
 
 def test_a_value_written_on_its_own_is_found_as_a_word():
