@@ -214,7 +214,8 @@ def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
     the step number, tool and observation, and `unsure` where the history has characters polars
     could read otherwise than Python."""
     return (
-        frame.select(ROW, "scenario_id", "tool", "history")
+        frame.lazy()  # the engine splits the regexes over the cores, an eager call runs on one
+        .select(ROW, "scenario_id", "tool", "history")
         .filter(pl.col("history").is_not_null())
         .select(
             ROW,
@@ -238,6 +239,7 @@ def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
         .drop("line", "recorded")  # copies of the history's text, read
         # a step number listed twice is its last line, as in `split_prompt`'s dict
         .unique([ROW, "recorded_step"], keep="last", maintain_order=True)
+        .collect()
     )
 
 
@@ -359,18 +361,15 @@ def _with_shape_info(
 ) -> pl.DataFrame:
     """`frame` with, per row, what `read` (in Python, by `spread`, each distinct shape of
     column `text` once) says of its shape, as columns `fields` (named with `prefix`)."""
-    shapes = frame.select(shape=_shapes(pl.col(text))).unique().drop_nulls()
+    frame = frame.lazy().with_columns(shape=_shapes(pl.col(text))).collect()
+    shapes = frame.select("shape").unique().drop_nulls()
     info = pl.DataFrame(
         spread.map(read, list(shapes.iter_rows())),
         schema={f"{prefix}{name}": dtype for name, dtype in fields.items()},
         orient="row",
     )
     shapes = pl.concat([shapes, info], how="horizontal")
-    return (
-        frame.with_columns(shape=_shapes(pl.col(text)))
-        .join(shapes, on="shape", how="left", maintain_order="left")
-        .drop("shape")
-    )
+    return frame.join(shapes, on="shape", how="left", maintain_order="left").drop("shape")
 
 
 def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
@@ -390,7 +389,11 @@ def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
             ("get_quote", "price"),
         ]
     }
-    frame = frame.with_columns(**{f"{place}_value": value for place, value in values.items()})
+    frame = (
+        frame.lazy()
+        .with_columns(**{f"{place}_value": value for place, value in values.items()})
+        .collect()
+    )
     balance, price, asked, limit = (
         pl.col(f"{place}_value") for place in ("balance", "price", "asked", "limit")
     )
