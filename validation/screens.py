@@ -707,9 +707,13 @@ def _reversed_candidates(
         else:
             odd = value.is_not_null() & ~value.str.contains(_TOKEN_VALUE)
             suspects.append(rows.filter(odd).select(ROW))
+            length = pl.col("end") - pl.col("start")
             found = given.join(tables["words"], on="text_id")
-            word = pl.col("request").str.slice(pl.col("start"), pl.col("end") - pl.col("start"))
-            found = found.filter(word == pl.col("given"))
+            # the words of the value's length first: a number compared, not a text cut out
+            found = found.filter(length == pl.col("given").str.len_chars())
+            found = found.filter(
+                pl.col("request").str.slice(pl.col("start"), length) == pl.col("given")
+            )
             # the directions read before the words that are a value only (a request's other
             # words, most of them, are never asked), each (text, word) once
             at = found.select("text_id", "start").unique().join(texts, on="text_id")
