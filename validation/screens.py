@@ -786,9 +786,10 @@ def screens(
             "plan_starts_with_action": _inconsistent(frame, "first_planned", catalogue, spread),
             "step_named_by_request": _unnamed_last_steps(frame, lines, catalogue, spread),
             "branch_matches_figures": _contradicted_branches(frame, lines, spread),
-            "params_match_request": params.result(),
         }
-    frame = _history_screens(frame, lines).with_columns(**flags)
+        frame = _history_screens(frame, lines)
+        flags["params_match_request"] = params.result()
+    frame = frame.with_columns(**flags)
     rules = [rule.__name__ for rule in RULES]
     frame = frame.with_columns(pl.col(rules).fill_null(False))
     read = frame.filter(pl.any_horizontal(_SCENARIO_RULES)).get_column("scenario_id").unique()
