@@ -19,6 +19,7 @@ from toolgrpo.flows.prefect_api import (
     prefect_api_problem,
     quiet_console,
     temporary_server_starting,
+    without_heartbeats,
 )
 from toolgrpo.training import Preset
 
@@ -274,7 +275,9 @@ def validate(
     Prefect: without PREFECT_API_URL each call starts a temporary local server (~3 s, while
     the files are read and checked) and stops it at the end; runs against a server skip that
     and show in its UI: `prefect server start` in another terminal, then
-    `PREFECT_API_URL=http://127.0.0.1:4200/api toolgrpo validate …`.
+    `PREFECT_API_URL=http://127.0.0.1:4200/api toolgrpo validate …`. The run sends no
+    heartbeats (Prefect's crash detection, for long unattended runs: the data-quality
+    deployment's keep them), which would cost it up to a second at its end.
     """
     given = [*files, *(train or []), *(eval_ or [])]
     if problem := _validate_problem(given, overrides, catalogue):
@@ -286,14 +289,15 @@ def validate(
 
     quiet_console()
     try:
-        report = data_quality(
-            files=list(files),
-            out=out,
-            overrides=overrides,
-            train_files=train,
-            eval_files=eval_,
-            catalogue=catalogue,
-        )
+        with without_heartbeats():
+            report = data_quality(
+                files=list(files),
+                out=out,
+                overrides=overrides,
+                train_files=train,
+                eval_files=eval_,
+                catalogue=catalogue,
+            )
     except DataGateFailed as failed:
         report = failed.report
     except OSError as error:  # the report cannot be written
