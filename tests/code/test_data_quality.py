@@ -20,7 +20,9 @@ from markdown_it import MarkdownIt
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter
 from prefect.logging.handlers import APILogHandler
+from prefect.settings import get_current_settings
 
+import toolgrpo.flows.data_quality as data_quality_flow
 import toolgrpo.tasks.runs as runs
 import toolgrpo.tasks.validate as validate_tasks
 from tests.code.test_load import GOOD, row_bytes, write_lines
@@ -92,6 +94,25 @@ def test_validate_exits_0_when_every_row_is_valid(prefect_harness, tmp_path, cap
     assert validate(data, out=tmp_path / "runs") == 0
     out = capsys.readouterr().out
     assert out.startswith("ok: 1/1 rows valid") and "report.md" in out
+
+
+def test_validate_runs_its_flow_without_heartbeats(prefect_harness, tmp_path, monkeypatch):
+    """Prefect's sync engine waits for its heartbeat thread at a run's end (up to a second): the
+    command's short run sends none; the flow run otherwise (as a deployment runs it) keeps
+    Prefect's default."""
+    heartbeats = []
+    tag_flow_run = data_quality_flow.tag_flow_run
+
+    def tagging(*tags: str) -> None:
+        heartbeats.append(get_current_settings().flows.heartbeat_frequency)
+        tag_flow_run(*tags)
+
+    monkeypatch.setattr(data_quality_flow, "tag_flow_run", tagging)
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    assert validate(data, out=tmp_path / "runs") == 0
+    data_quality(files=[data], out=tmp_path / "runs")
+    assert heartbeats == [None, get_current_settings().flows.heartbeat_frequency]
+    assert heartbeats[1] is not None
 
 
 def test_validate_exits_1_and_prints_one_line_per_problem(prefect_harness, tmp_path, capsys):
