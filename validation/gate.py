@@ -33,6 +33,7 @@ from toolgrpo.schemas.samples import (
     shown_column,
 )
 from toolgrpo.validation.context import label_inconsistencies
+from toolgrpo.validation.cycles import cycle_collector_paused
 from toolgrpo.validation.loader import LoadedSamples
 from toolgrpo.validation.screens import PARTS_READ
 
@@ -197,6 +198,7 @@ def _check_positions() -> dict[str, int]:
     return {name: position for position, name in enumerate([*check_names(), *CROSS_FILE_RULES])}
 
 
+@cycle_collector_paused()
 def validate_samples(
     loaded: LoadedSamples,
     train_files: Collection[str] | None = None,

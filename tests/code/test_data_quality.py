@@ -4,6 +4,7 @@ red run with its problem lines in the log, counts that add up, escaped text, lea
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import logging
@@ -33,6 +34,7 @@ from toolgrpo.reporting.markdown import markdown_text
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import files_hash
 from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.validation import gate, loader
 from toolgrpo.validation.gate import DataGateFailed, count_rows
 
 
@@ -113,6 +115,28 @@ def test_validate_runs_its_flow_without_heartbeats(prefect_harness, tmp_path, mo
     data_quality(files=[data], out=tmp_path / "runs")
     assert heartbeats == [None, get_current_settings().flows.heartbeat_frequency]
     assert heartbeats[1] is not None
+
+
+def test_the_loader_and_the_gate_read_rows_with_the_cycle_collector_paused(tmp_path, monkeypatch):
+    """Each pass of Python's cycle collector scans every live object, holding the GIL: the loader
+    and the gate read rows without it, and leave it as they found it."""
+    seen = []
+    read_file, parse_solution = loader._read_file, gate.parse_solution
+    monkeypatch.setattr(
+        loader, "_read_file", lambda *a: seen.append(gc.isenabled()) or read_file(*a)
+    )
+    monkeypatch.setattr(
+        gate, "parse_solution", lambda *a: seen.append(gc.isenabled()) or parse_solution(*a)
+    )
+    data = write_lines(tmp_path / "rows.jsonl", GOOD)
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            gate.validate_samples(loader.load_samples([data]))
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    assert seen == [False] * 4
 
 
 def test_validate_exits_1_and_prints_one_line_per_problem(prefect_harness, tmp_path, capsys):
