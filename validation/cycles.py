@@ -1,4 +1,4 @@
-"""Python's cycle collector paused while the data gate reads rows.
+"""Python's cycle collector paused while the data gate and the label checks read rows.
 
 Reading a million rows makes millions of short-lived Python objects (rows pydantic reads, the
 distinct texts the screens judge and their answers) and no reference cycles: reference counting

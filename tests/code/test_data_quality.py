@@ -34,7 +34,7 @@ from toolgrpo.reporting.markdown import markdown_text
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import files_hash
 from toolgrpo.tasks.validate import validate_samples
-from toolgrpo.validation import gate, loader
+from toolgrpo.validation import context, gate, loader
 from toolgrpo.validation.gate import DataGateFailed, count_rows
 
 
@@ -117,26 +117,29 @@ def test_validate_runs_its_flow_without_heartbeats(prefect_harness, tmp_path, mo
     assert heartbeats[1] is not None
 
 
-def test_the_loader_and_the_gate_read_rows_with_the_cycle_collector_paused(tmp_path, monkeypatch):
-    """Each pass of Python's cycle collector scans every live object, holding the GIL: the loader
-    and the gate read rows without it, and leave it as they found it."""
+def test_the_gate_and_the_label_checks_read_rows_with_the_cycle_collector_paused(
+    tmp_path, monkeypatch
+):
+    """Each pass of Python's cycle collector scans every live object, holding the GIL: the
+    loader, the gate and the label checks (the miner's too) read rows without it, and leave it as
+    they found it."""
     seen = []
-    read_file, parse_solution = loader._read_file, gate.parse_solution
-    monkeypatch.setattr(
-        loader, "_read_file", lambda *a: seen.append(gc.isenabled()) or read_file(*a)
-    )
-    monkeypatch.setattr(
-        gate, "parse_solution", lambda *a: seen.append(gc.isenabled()) or parse_solution(*a)
-    )
+    for module, name in ((loader, "_read_file"), (gate, "parse_solution"), (context, "_findings")):
+        real = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda *a, real=real: seen.append(gc.isenabled()) or real(*a)
+        )
     data = write_lines(tmp_path / "rows.jsonl", GOOD)
     for enabled in (True, False):
         (gc.enable if enabled else gc.disable)()
         try:
-            gate.validate_samples(loader.load_samples([data]))
+            loaded = loader.load_samples([data])
+            gate.validate_samples(loaded)
+            context.label_inconsistencies(loaded.frame)
             assert gc.isenabled() is enabled
         finally:
             gc.enable()
-    assert seen == [False] * 4
+    assert seen == [False] * 8  # per round: read, parsed, the rules in the gate and alone
 
 
 def test_validate_exits_1_and_prints_one_line_per_problem(prefect_harness, tmp_path, capsys):
