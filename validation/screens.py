@@ -237,20 +237,26 @@ def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
             line=pl.col("history").str.extract_all(PREVIOUS_STEP_LINE),
         )
         .explode("line")
-        .with_columns(recorded=pl.col("line").str.extract_groups(PREVIOUS_STEP_LINE))
+        # a line found is `Step <digits>: <tool> → <observation>`, and neither the digits nor
+        # the tool (`\S+`) holds ": " or " → ": cut where they first stand, not matched again
+        .with_columns(numbered=pl.col("line").str.splitn(": ", 2))
         .with_columns(
-            recorded_step=pl.col("recorded").struct.field("step").cast(pl.Int64, strict=False),
-            recorded_tool=pl.col("recorded").struct.field("tool"),
-            observation=pl.col("recorded").struct.field("observation"),
+            recorded_step=pl.col("numbered").struct.field("field_0").str.slice(len("Step ")),
+            recorded=pl.col("numbered").struct.field("field_1").str.splitn(" → ", 2),
+        )
+        .with_columns(
+            recorded_step=pl.col("recorded_step").cast(pl.Int64, strict=False),
+            recorded_tool=pl.col("recorded").struct.field("field_0"),
+            observation=pl.col("recorded").struct.field("field_1"),
         )
         # a step number beyond Int64 is one Python reads and polars does not
         .with_columns(
             unsure=pl.col("unsure")
             | (pl.col("line").is_not_null() & pl.col("recorded_step").is_null())
         )
-        .drop("line", "recorded")  # copies of the history's text, read
+        .drop("line", "numbered", "recorded")  # copies of the history's text, read
         # a step number listed twice is its last line, as in `split_prompt`'s dict
-        .unique([ROW, "recorded_step"], keep="last", maintain_order=True)
+        .filter(pl.struct(ROW, "recorded_step").is_last_distinct())
         .collect()
     )
 

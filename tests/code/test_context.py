@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from toolgrpo.data import DATA_DIR
 from toolgrpo.generator.slots import MONEY_STYLES, balance_text, price_text
 from toolgrpo.schemas.figures import Amount, amounts_in
-from toolgrpo.schemas.samples import parse_solution
+from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER, parse_solution, split_prompt
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
 from toolgrpo.validation import context, spread
@@ -34,7 +34,13 @@ from toolgrpo.validation.label_rules import (
     THOUGHT_ANNOUNCES_ACTION,
     LabelInconsistency,
 )
-from toolgrpo.validation.screens import PARTS_READ, _request_reads, _written_as_a_word
+from toolgrpo.validation.screens import (
+    PARTS_READ,
+    ROW,
+    _history_lines,
+    _request_reads,
+    _written_as_a_word,
+)
 from toolgrpo.validation.stated_values import ASCII_WORD
 
 # --- amounts ---------------------------------------------------------------------------------
@@ -475,6 +481,32 @@ def test_the_words_the_params_screen_reads_are_the_whole_ascii_words(parts):
 
     expected = [word.span() for word in ASCII_WORD.finditer(text) if whole(word)]
     assert _request_reads(text, (), words=True)[0] == expected
+
+
+# step numbers, tools and observations holding what the history's lines are cut at
+_STEP = st.one_of(st.integers(0, 12).map(str), st.sampled_from(["", "x", "1a", "\u0661"]))
+_LINE_TEXT = st.text(alphabet=st.sampled_from(list("aZ1:→ -_")), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_STEP, _LINE_TEXT, _LINE_TEXT, _LINE_TEXT), max_size=6))
+def test_the_history_lines_are_the_steps_python_reads(lines):
+    """The screens' history lines (`_history_lines`) are the steps `split_prompt` reads: each
+    line's number, tool and observation, a number listed twice by its last line, for tools and
+    observations holding ": " and " → ", and lines that are no step."""
+    history = "\n".join(
+        f"{noise}\nStep {step}: {tool} → {observation}" for step, tool, observation, noise in lines
+    )
+    frame = pl.DataFrame({ROW: [0], "scenario_id": ["s"], "tool": ["t"], "history": [history]})
+    read = _history_lines(frame.with_columns(pl.col(ROW).cast(pl.UInt32)))
+    if read.get_column("unsure").any():  # a number of other digits Python reads: the rules do
+        assert "\u0661" in history
+        return
+    steps = read.filter(pl.col("recorded_tool").is_not_null())
+    _, expected = split_prompt(PREVIOUS_STEPS_HEADER + history)
+    assert sorted(steps.select("recorded_step", "recorded_tool", "observation").rows()) == sorted(
+        (step, done.tool, done.observation) for step, done in expected.items()
+    )
 
 
 def test_a_value_written_on_its_own_is_found_as_a_word():
