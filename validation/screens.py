@@ -141,10 +141,10 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
     rule."""
     tool = pl.col("tool")
     solution = pl.col("solution")
-    # a character is at least a byte: only a long solution needs its characters counted
-    too_long = (solution.str.len_bytes() > _POLARS_READABLE_CHARS) & (
-        solution.str.len_chars() > _POLARS_READABLE_CHARS
-    )
+    # a character is at least a byte: only the long solutions have their characters counted
+    # (polars evaluates both sides of an `&` on every row)
+    long = frame.filter(solution.str.len_bytes() > _POLARS_READABLE_CHARS)
+    too_long = long.filter(solution.str.len_chars() > _POLARS_READABLE_CHARS).get_column(ROW)
     # each wording once: zeroed over every row and made unique in one lazy pass, cheaper than
     # making the texts unique first (a two-column key) and zeroing those (4,457 wordings of
     # 466,968 thoughts at a million drawn rows)
@@ -164,7 +164,8 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
     found = frame.select(ROW).clear()
     if not judged.is_empty():  # the texts are zeroed again: on clean data, none contradicts
         found = worded.join(judged.lazy(), on=["wording", "tool"], how="semi").collect()
-    return pl.col(text).is_null() | too_long | pl.col(ROW).is_in(found.get_column(ROW).implode())
+    read = pl.concat([too_long, found.get_column(ROW)])  # the rows the rule reads
+    return pl.col(text).is_null() | pl.col(ROW).is_in(read.implode())
 
 
 def _times(rows: pl.DataFrame, tools: str) -> pl.DataFrame:

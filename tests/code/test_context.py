@@ -580,8 +580,8 @@ def _as_scenario(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def one_broken_row_per_rule() -> list[dict[str, Any]]:
     """A scenario breaking each rule (the rows of the tests above), and rows the screens cannot
-    read as Python does: a solution with prose around it, a blank plan step, a tab and a
-    non-ASCII digit in a history, a letter Python folds onto ASCII."""
+    read as Python does: a solution with prose around it or past the contract's length, a blank
+    plan step, a tab and a non-ASCII digit in a history, a letter Python folds onto ASCII."""
     first, second = scenario()
     blank_plan = (*CHECK[:3], [" "])
     prose = f"Sure: {_solution(*TRANSFER[:2], 'I check the balance first.', TRANSFER[3])} ok"
@@ -590,6 +590,8 @@ def one_broken_row_per_rule() -> list[dict[str, Any]]:
         row["prompt"] = "Transfer 10万, then show me what's left." + row["prompt"][len(REQUEST) :]
     single = {"kind": "single", "n_steps": 1}
     kelvin = (*TRANSFER[:2], "I \u212aheck the balance now.", TRANSFER[3])  # the Kelvin sign
+    note = {"thought": "I check the balance first."}  # what the "thought" case's row thinks
+    long = {"note": note} | json.loads(_solution(*TRANSFER)) | {"plan": ["x" * 25_000]}
     balances, fails = ["check_balance → balance 50"], {"n_steps": 3, "condition": "fails"}
     listed_twice = _row(2, REPLY, balances)["prompt"] + "\nStep 1: check_balance → balance 10万"
     cases = {
@@ -613,6 +615,9 @@ def one_broken_row_per_rule() -> list[dict[str, Any]]:
         "tab": [first, {**second, **_row(2, CHECK, ["check_balance\t→ balance 150,000"])}],
         "digit": [_row(1, TRANSFER, []), _row(2, CHECK, ["check_balance → balance ١٥٠"])],
         "folded": [_row(1, kelvin, [], **single)],
+        # a solution past the contract's length: Python's reader cuts it, and reads the thought
+        # of the first whole object in it; polars reads the solution's own
+        "long": [_row(1, TRANSFER, [], **single) | {"solution": json.dumps(long)}],
         # the figures screen reads the latest balance, and a step listed twice by its last line
         "latest balance": [
             _row(3, REPLY, [*balances, "check_balance → balance 1,000,000"], **fails)
