@@ -2,6 +2,7 @@
 the screened checks with 1, 2, … worker processes.
 
     python bench/context_checks.py [--rows 1000000] [--reference-rows 20000] [--workers 1,2]
+        [--cpus 1,2]
 
 Rows are the shipped rows repeated with fresh ids and scenario ids, in three variants:
 `repeated` (every copy the same text), `unique slots` (each copy's request and thought name
@@ -11,7 +12,10 @@ and `drawn`: the training scenarios drawn again by the generator with fresh slot
 quotes (`bench/validate.py`'s distinct rows: real data's variety, labels valid).
 The row-by-row reference (`screen=False`, ~0.5 ms a row) runs on the first `reference_rows`
 rows of each variant, where both must find exactly the same; the screened checks also run on
-all rows with each number of workers (`label_inconsistencies(workers=…)`, found the same).
+all rows with each number of workers (`label_inconsistencies(workers=…)`, found the same), and
+with each number of `cpus`: in a fresh process that may run on that many of this machine's
+CPUs alone (its affinity, as a container's share sets it), polars' threads and the workers
+sized to them as on a machine of that many cores.
 Every frame carries the solutions' parts the data gate's row contract parsed (as the gate hands
 them over). Prints seconds, µs per row and the speed-up, with the machine's load average.
 """
@@ -19,7 +23,10 @@ them over). Prints seconds, µs per row and the speed-up, with the machine's loa
 from __future__ import annotations
 
 import os
+import pickle
 import string
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -81,31 +88,57 @@ def load_frame(frame: pl.DataFrame) -> pl.DataFrame:
     return solution_parts(loaded).select(*loaded.columns, *PARTS_READ)
 
 
-def _timed(frame: pl.DataFrame, screen: bool, workers: int = 1) -> tuple[float, list]:
+def _timed(frame: pl.DataFrame, screen: bool, workers: int | None = 1) -> tuple[float, list]:
     start = time.perf_counter()
     found = label_inconsistencies(frame, screen=screen, workers=workers)
     return time.perf_counter() - start, found
+
+
+def _timed_on_cpus(frame: pl.DataFrame, cpus: int) -> tuple[float, list]:
+    """`_timed` (screened, default workers) in a fresh process that may run on the first `cpus`
+    of this process's CPUs only: polars sizes its threads when it starts."""
+    with tempfile.TemporaryDirectory(prefix="bench-context-") as folder:
+        rows, answer = Path(folder, "rows.parquet"), Path(folder, "answer.pickle")
+        frame.write_parquet(rows)
+        allowed = sorted(os.sched_getaffinity(0))[:cpus]
+        subprocess.run(
+            [sys.executable, __file__, "--timed-file", str(rows), "--answer-file", str(answer)],
+            check=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, allowed),
+        )
+        return pickle.loads(answer.read_bytes())
 
 
 def main(
     rows: int = 1_000_000,
     reference_rows: int = 20_000,
     workers: str = "1,2",
+    cpus: str = "",
     variants: str = "repeated,unique slots,unique words,drawn",
+    timed_file: Path | None = None,
+    answer_file: Path | None = None,
 ) -> None:
     """Print per variant: row by row and screened on `reference_rows`, screened on all rows
-    with each number of `workers`."""
+    with each number of `workers`, then on each number of `cpus` (none by default). With
+    `timed_file`: time the screened checks of its rows alone, into `answer_file`."""
+    if timed_file is not None and answer_file is not None:  # `_timed_on_cpus`'s process
+        answer_file.write_bytes(pickle.dumps(_timed(pl.read_parquet(timed_file), True, None)))
+        return
     counts = [int(n) for n in workers.split(",")]
+    cpu_counts = [int(n) for n in cpus.split(",")] if cpus else []
     print(
         f"load average {os.getloadavg()[0]:.1f} on {len(os.sched_getaffinity(0))} usable CPUs "
         "(other work shares them)"
     )
-    arms = " | ".join(f"screened, {rows:,} rows, {n} worker(s)" for n in counts)
+    arms = " | ".join(
+        [f"screened, {rows:,} rows, {n} worker(s)" for n in counts]
+        + [f"screened, {n} CPU(s)" for n in cpu_counts]
+    )
     print(
         f"| variant | findings (sample / all) | row by row, {reference_rows:,} rows | "
-        f"screened, same rows | speed-up | {arms} | µs/row ({counts[-1]}) |"
+        f"screened, same rows | speed-up | {arms} | µs/row ({counts[-1]} workers) |"
     )
-    print("|---|---|---|---|---|" + "---|" * (len(counts) + 1))
+    print("|---|---|---|---|---|" + "---|" * (len(counts) + len(cpu_counts) + 1))
     for variant in variants.split(","):
         frame = rows_of(variant, rows)
         sample = frame.head(reference_rows)
@@ -121,7 +154,13 @@ def main(
             seconds.append(arm_s)
             found = found_n
         assert found is not None
-        arms = " | ".join(f"{arm_s:.2f} s" for arm_s in seconds)
+        on_cpus = []
+        for n in cpu_counts:
+            arm_s, found_n = _timed_on_cpus(frame, n)
+            if found_n != found:
+                raise SystemExit(f"{variant}: on {n} CPUs found otherwise than {counts[0]} workers")
+            on_cpus.append(arm_s)
+        arms = " | ".join(f"{arm_s:.2f} s" for arm_s in [*seconds, *on_cpus])
         print(
             f"| {variant} | {len(reference)} / {len(found)} | {reference_s:.2f} s | "
             f"{screened_s:.3f} s | {reference_s / screened_s:.0f}× | {arms} | "
