@@ -24,6 +24,7 @@ from toolgrpo.schemas.samples import (
 )
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
+from toolgrpo.validation.gate import find_label_conflicts
 
 
 def solution(tool: str = "check_balance", params: Any = None, **fields: Any) -> str:
@@ -254,6 +255,46 @@ def test_same_prompt_with_different_labels_is_a_label_conflict_not_a_failure(tmp
     assert conflict.prompt == "what is the balance of acc001?"
     assert conflict.tools == ["check_balance", "withdraw"]
     assert [row.location.rsplit(":", 1)[1] for row in conflict.rows] == ["1", "2"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(alphabet=st.sampled_from(list("aA \t\u3000")), max_size=4), st.integers(0, 2)
+        ),
+        max_size=12,
+    )
+)
+def test_label_conflicts_are_the_prompts_python_normalises_alike_with_two_tools(rows):
+    """The conflicts found by hashing every row's normalised prompt first are the groups of
+    rows whose prompts `normalise_prompt` makes equal and whose tools differ."""
+    tools = ["check_balance", "withdraw", "respond"]
+    frame = pl.DataFrame(
+        {
+            "file": "f.jsonl",
+            "line": range(1, len(rows) + 1),
+            "id": [f"r{i}" for i in range(len(rows))],
+            "prompt": [prompt for prompt, _ in rows],
+            "tool": [tools[tool] for _, tool in rows],
+        },
+        schema={
+            "file": pl.String,
+            "line": pl.Int64,
+            "id": pl.String,
+            "prompt": pl.String,
+            "tool": pl.String,
+        },
+    )
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for i, (prompt, tool) in enumerate(rows):
+        groups.setdefault(normalise_prompt(prompt), []).append((f"r{i}", tools[tool]))
+    expected = {key: members for key, members in groups.items() if len({t for _, t in members}) > 1}
+    found = {
+        conflict.prompt: [(row.id, row.tool) for row in conflict.rows]
+        for conflict in find_label_conflicts(frame)
+    }
+    assert found == expected
 
 
 def test_every_check_states_its_rule_in_words():
