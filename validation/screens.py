@@ -23,6 +23,7 @@ from toolgrpo.schemas.samples import (
     MAX_SOLUTION_CHARS,
     PREVIOUS_STEP_LINE,
     PREVIOUS_STEPS_HEADER,
+    has_previous_steps_section,
     solution_parts,
 )
 from toolgrpo.validation.label_rules import (
@@ -98,6 +99,13 @@ def _rows_with(frame: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
     if keys.is_empty():
         return frame.clear()
     return frame.join(keys, on=keys.columns, how="semi")
+
+
+def _prompt_part(field: str) -> pl.Expr:
+    """The prompt's request (`field_0`) or history (`field_1`, null where it has none), as
+    `split_prompt` cuts them. Each screen cuts them from the rows it reads: as two columns of
+    every row, held through all the screens, they took ~90 MB a million rows."""
+    return pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct.field(field)
 
 
 def _may_name_another_tool(text: pl.Expr, tool: str, catalogue: Catalogue) -> pl.Expr:
@@ -185,7 +193,7 @@ def _unnamed_last_steps(
     step = pl.col("step")
     later = (
         frame.lazy()
-        .select(ROW, "scenario_id", "step", "tool", "request")
+        .select(ROW, "scenario_id", "step", "tool", "prompt")
         .filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
     )
     # a scenario as the rule reads it: each step's first row; only the scenarios with a row the
@@ -202,7 +210,7 @@ def _unnamed_last_steps(
     rows = (
         later.join(scenarios, on="scenario_id")
         .filter((step == pl.col("last")) & ~pl.col("conditional"))
-        .select(ROW, "tool", wording=_wording(pl.col("request"), catalogue))
+        .select(ROW, "tool", wording=_wording(_prompt_part("field_0"), catalogue))
         .collect()
     )
     requests = rows.select("wording").unique()
@@ -232,8 +240,8 @@ def _history_lines(frame: pl.DataFrame) -> pl.DataFrame:
     could read otherwise than Python."""
     return (
         frame.lazy()  # the engine splits the regexes over the cores, an eager call runs on one
-        .select(ROW, "scenario_id", "tool", "history")
-        .filter(pl.col("history").is_not_null())
+        .filter(has_previous_steps_section())
+        .select(ROW, "scenario_id", "tool", history=_prompt_part("field_1"))
         .select(
             ROW,
             "scenario_id",
@@ -467,7 +475,9 @@ def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame, spread: Spr
     (`figures_verdict` of its request and latest balance and quote — without either, the latest
     step's observation, read as a quote — read in polars by `_figures_holding`) point at the branch
     it does not take, or whose history polars may read otherwise."""
-    conditional = frame.select(ROW, "request", "branch").filter(pl.col("branch").is_not_null())
+    conditional = frame.filter(pl.col("branch").is_not_null()).select(
+        ROW, "branch", request=_prompt_part("field_0")
+    )
     for tool in ("check_balance", "get_quote"):
         conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
     latest = lines.group_by(ROW).agg(latest=pl.col("observation").sort_by("recorded_step").last())
@@ -763,12 +773,16 @@ def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spre
     request stating otherwise (`_stated_otherwise`), each distinct (prompt, solution, tool)
     of them judged by the rule once (it reads nothing else)."""
     suspects = [pl.DataFrame(schema={ROW: frame.schema[ROW]})]
-    narrow = frame.select(ROW, "tool", "request", "solution", "action_params")
-    by_tool = narrow.partition_by("tool", as_dict=True, include_key=False)
+    narrow = frame.select(ROW, "tool", "prompt", "solution", "action_params")
     for tool, readings in param_readings(catalogue).items():
         checked = tuple(r for r in readings if r.kind is not None or r.role is not None)
-        of_tool = by_tool.get((tool,))
-        if not checked or of_tool is None:
+        if not checked:
+            continue
+        # one tool's rows at a time: all tools' at once held ~50 MB a million rows throughout
+        of_tool = narrow.filter(pl.col("tool") == tool).select(
+            ROW, "solution", "action_params", request=_prompt_part("field_0")
+        )
+        if of_tool.is_empty():
             continue
         # each distinct (request, solution) once: repeated rows cost what their texts cost
         pair = ["request", "solution"]
@@ -791,10 +805,8 @@ def screens(
     `NEEDED`: whether the rules read the row at all; the texts the screens judge in Python
     judged by `spread`'s workers (default: in this process)."""
     spread = spread or Spread(1)
-    parts = pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct
     if not set(PARTS_READ) <= set(frame.columns):  # all parsed here, none kept twice
         frame = solution_parts(frame.drop(PARTS_READ, strict=False))
-    frame = frame.with_columns(request=parts.field("field_0"), history=parts.field("field_1"))
     # the longest screen on a thread of its own: its polars runs while the others' Python reads
     # texts, and the other way round
     with ThreadPoolExecutor(1) as beside:

@@ -497,13 +497,14 @@ def test_the_history_lines_are_the_steps_python_reads(lines):
     history = "\n".join(
         f"{noise}\nStep {step}: {tool} → {observation}" for step, tool, observation, noise in lines
     )
-    frame = pl.DataFrame({ROW: [0], "scenario_id": ["s"], "tool": ["t"], "history": [history]})
+    prompt = PREVIOUS_STEPS_HEADER + history
+    frame = pl.DataFrame({ROW: [0], "scenario_id": ["s"], "tool": ["t"], "prompt": [prompt]})
     read = _history_lines(frame.with_columns(pl.col(ROW).cast(pl.UInt32)))
     if read.get_column("unsure").any():  # a number of other digits Python reads: the rules do
         assert "\u0661" in history
         return
     steps = read.filter(pl.col("recorded_tool").is_not_null())
-    _, expected = split_prompt(PREVIOUS_STEPS_HEADER + history)
+    _, expected = split_prompt(prompt)
     assert sorted(steps.select("recorded_step", "recorded_tool", "observation").rows()) == sorted(
         (step, done.tool, done.observation) for step, done in expected.items()
     )
