@@ -276,15 +276,16 @@ def _decoded(
     """`line` and the contract's columns of `rows`, read by polars where `plain` (null
     elsewhere). A file whose every line is a plain row goes whole to polars' NDJSON reader,
     faster than `json_decode` line by line: with no blank line its bytes are its rows (a BOM or
-    a byte that is not UTF-8 makes a line not plain)."""
+    a byte that is not UTF-8 makes a line not plain). Otherwise its lines are read again, their
+    text whole."""
     if every_line_a_row and plain.all():
         read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
         if read.height == rows.height:
             return read.with_row_index("line", offset=1)
-        if "text" not in rows.columns:  # dropped to save memory: every line is a row
-            rows = rows.with_columns(pl.read_lines(data, name="text").to_series())
+    lines = pl.read_lines(data, name="text", row_index_name="line", row_index_offset=1)
     return (
-        rows.lazy()  # split over the cores, as in `_read_jsonl_natively`
+        lines.lazy()  # split over the cores, as in `_plain_lines`
+        .join(rows.lazy().select("line"), on="line", maintain_order="left")
         .select(
             "line",
             pl.when(plain)
@@ -297,30 +298,38 @@ def _decoded(
     )
 
 
+def _plain_lines(data: bytes) -> tuple[pl.DataFrame, bool]:
+    """Each non-blank line's `line` number and whether it is `plain`ly a row (`_plain_row`;
+    a canonical row is), and whether every line is a row (none is blank). The lines are
+    streamed: their text is never copied whole (at a million rows that copy was ~500 MB beside
+    the file's bytes), only the texts of the lines that are not canonical rows are kept."""
+    blank = pl.col("text").str.contains(f"^[{_BLANK}]*$")
+    canonical = pl.col("text").str.contains(_CANONICAL_ROW)
+    kinds = (
+        pl.scan_lines(data, name="text", row_index_name="line", row_index_offset=1)
+        .with_columns(blank=blank, canonical=canonical)
+        .with_columns(text=pl.when(~pl.col("blank") & ~pl.col("canonical")).then("text"))
+        .collect(engine="streaming")
+    )
+    every_line_a_row = not kinds.get_column("blank").any()
+    rows = kinds if every_line_a_row else kinds.filter(~pl.col("blank"))  # else a filter copies
+    # polars checks the others more slowly, pydantic reads those it does not find plain
+    others = rows.lazy().filter(~pl.col("canonical")).select("line", "text")
+    plain_others = others.filter(_plain_row(pl.col("text"))).collect().get_column("line")
+    plain = pl.col("canonical") | pl.col("line").is_in(plain_others.implode())
+    return rows.select("line", plain=plain), every_line_a_row
+
+
 def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:
     """The plain lines (`_plain_row`) read by polars, how many rows the file has, and
     `_read_jsonl` for the others."""
     data = path.read_bytes()  # Python's read, so an unreadable file fails as it always did
     try:
-        lines = pl.read_lines(data, name="text")
+        lines, every_line_a_row = _plain_lines(data)
     except pl.exceptions.ComputeError:  # some byte is not UTF-8: its line is not plain
-        lines = pl.read_lines(data.decode("utf-8", "replace").encode(), name="text")
-    # lazily: the engine splits the regexes over the cores, an eager call runs on one
-    blank = pl.col("text").str.contains(f"^[{_BLANK}]*$")
-    numbered = lines.lazy().with_row_index("line", offset=1)
-    if lines.lazy().select(blank.any()).collect().item():  # else a filter copies every line
-        numbered = numbered.filter(~blank)
-    rows = numbered.with_columns(canonical=pl.col("text").str.contains(_CANONICAL_ROW)).collect()
-    every_line_a_row = rows.height == lines.height
-    # a second copy of the file's text (the lazy frame holds it too): gone before the rows are
-    # decoded
-    del lines, numbered
-    canonical = rows["canonical"]
-    others = rows.filter(~canonical)  # polars checks these more slowly, pydantic reads the rest
-    plain_others = others.lazy().filter(_plain_row(pl.col("text"))).collect()
-    plain = canonical | rows["line"].is_in(plain_others["line"])
-    if every_line_a_row and plain.all():  # the file's bytes go whole to the NDJSON reader
-        rows = rows.select("line")
+        data = data.decode("utf-8", "replace").encode()
+        lines, every_line_a_row = _plain_lines(data)
+    rows, plain = lines.select("line"), lines.get_column("plain")
     try:
         decoded = _decoded(data, rows, plain, every_line_a_row=every_line_a_row)
     except pl.exceptions.ComputeError:  # polars disagrees with the plain-row rule: trust pydantic
