@@ -270,22 +270,24 @@ def _with_location(rows: pl.DataFrame, file: str) -> pl.DataFrame:
     return rows.select(pl.lit(file).alias("file"), "line", *RECORD_SCHEMA).cast(FRAME_SCHEMA)
 
 
-def _decoded(
-    data: bytes, rows: pl.DataFrame, plain: pl.Series, every_line_a_row: bool
-) -> pl.DataFrame:
-    """`line` and the contract's columns of `rows`, read by polars where `plain` (null
-    elsewhere). A file whose every line is a plain row goes whole to polars' NDJSON reader,
-    faster than `json_decode` line by line: with no blank line its bytes are its rows (a BOM or
-    a byte that is not UTF-8 makes a line not plain). Otherwise its lines are read again, their
-    text whole."""
-    if every_line_a_row and plain.all():
-        read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
-        if read.height == rows.height:
-            return read.with_row_index("line", offset=1)
-    lines = pl.read_lines(data, name="text", row_index_name="line", row_index_offset=1)
+def _decoded(data: bytes, lines: pl.DataFrame) -> pl.DataFrame:
+    """`line` and the contract's columns of `lines` (`_plain_lines`), read by polars where
+    `plain` (null elsewhere). A file whose every line is a plain row or blank goes whole to
+    polars' NDJSON reader, faster than `json_decode` line by line: it skips the blank lines, so
+    with a row for each line the rows are the lines' (a BOM or a byte that is not UTF-8 makes a
+    line not plain). Otherwise the lines are read again, their text whole."""
+    plain = lines.get_column("plain")
+    if plain.all():
+        try:
+            read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
+        except pl.exceptions.ComputeError:  # a blank line it does not skip (`\x0b`, `\x0c`)
+            read = pl.DataFrame()
+        if read.height == lines.height:
+            return read.insert_column(0, lines.get_column("line"))
+    texts = pl.read_lines(data, name="text", row_index_name="line", row_index_offset=1)
     return (
-        lines.lazy()  # split over the cores, as in `_plain_lines`
-        .join(rows.lazy().select("line"), on="line", maintain_order="left")
+        texts.lazy()  # split over the cores, as in `_plain_lines`
+        .join(lines.lazy().select("line"), on="line", maintain_order="left")
         .select(
             "line",
             pl.when(plain)
@@ -298,26 +300,25 @@ def _decoded(
     )
 
 
-def _plain_lines(data: bytes) -> tuple[pl.DataFrame, bool]:
+def _plain_lines(data: bytes) -> pl.DataFrame:
     """Each non-blank line's `line` number and whether it is `plain`ly a row (`_plain_row`;
-    a canonical row is), and whether every line is a row (none is blank). The lines are
-    streamed: their text is never copied whole (at a million rows that copy was ~500 MB beside
-    the file's bytes), only the texts of the lines that are not canonical rows are kept."""
+    a canonical row is). The lines are streamed: their text is never copied whole (at a million
+    rows that copy was ~500 MB beside the file's bytes), only the texts of the lines that are
+    not canonical rows are kept, to be checked."""
     blank = pl.col("text").str.contains(f"^[{_BLANK}]*$")
     canonical = pl.col("text").str.contains(_CANONICAL_ROW)
     kinds = (
         pl.scan_lines(data, name="text", row_index_name="line", row_index_offset=1)
-        .with_columns(blank=blank, canonical=canonical)
-        .with_columns(text=pl.when(~pl.col("blank") & ~pl.col("canonical")).then("text"))
+        .filter(~blank)
+        .with_columns(canonical=canonical)
+        .with_columns(text=pl.when(~pl.col("canonical")).then("text"))
         .collect(engine="streaming")
     )
-    every_line_a_row = not kinds.get_column("blank").any()
-    rows = kinds if every_line_a_row else kinds.filter(~pl.col("blank"))  # else a filter copies
     # polars checks the others more slowly, pydantic reads those it does not find plain
-    others = rows.lazy().filter(~pl.col("canonical")).select("line", "text")
+    others = kinds.lazy().filter(~pl.col("canonical")).select("line", "text")
     plain_others = others.filter(_plain_row(pl.col("text"))).collect().get_column("line")
     plain = pl.col("canonical") | pl.col("line").is_in(plain_others.implode())
-    return rows.select("line", plain=plain), every_line_a_row
+    return kinds.select("line", plain=plain)
 
 
 def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:
@@ -325,21 +326,21 @@ def _read_jsonl_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Row
     `_read_jsonl` for the others."""
     data = path.read_bytes()  # Python's read, so an unreadable file fails as it always did
     try:
-        lines, every_line_a_row = _plain_lines(data)
+        lines = _plain_lines(data)
     except pl.exceptions.ComputeError:  # some byte is not UTF-8: its line is not plain
         data = data.decode("utf-8", "replace").encode()
-        lines, every_line_a_row = _plain_lines(data)
-    rows, plain = lines.select("line"), lines.get_column("plain")
+        lines = _plain_lines(data)
     try:
-        decoded = _decoded(data, rows, plain, every_line_a_row=every_line_a_row)
+        decoded = _decoded(data, lines)
     except pl.exceptions.ComputeError:  # polars disagrees with the plain-row rule: trust pydantic
-        return pl.DataFrame(schema=FRAME_SCHEMA), rows.height, _read_jsonl(path, file)
+        return pl.DataFrame(schema=FRAME_SCHEMA), lines.height, _read_jsonl(path, file)
+    plain = lines.get_column("plain")
     native = plain & decoded.select(pl.all_horizontal(pl.col(_REQUIRED).is_not_null())).to_series()
-    by_pydantic = set(rows.filter(~native)["line"])
+    by_pydantic = set(lines.filter(~native)["line"])
     reader = _read_jsonl(path, file, by_pydantic) if by_pydantic else iter(())
     if not native.all():  # else a filter copies every row
         decoded = decoded.filter(native)
-    return _with_location(decoded, file), rows.height, reader
+    return _with_location(decoded, file), lines.height, reader
 
 
 def _read_parquet_natively(path: Path, file: str) -> tuple[pl.DataFrame, int, _Rows]:

@@ -432,16 +432,27 @@ def test_native_reader_reads_a_file_of_plain_rows_as_pydantic_does(tmp_path):
 
 
 def test_a_file_of_plain_lines_only_goes_whole_to_the_ndjson_reader(tmp_path, monkeypatch):
-    read_whole = []
-    read_ndjson = pl.read_ndjson
-    monkeypatch.setattr(
-        pl, "read_ndjson", lambda *a, **k: read_whole.append(1) or read_ndjson(*a, **k)
-    )
+    """Plain rows and blank lines: the file's bytes are read whole, not line by line, unless a
+    blank line is one the NDJSON reader cannot skip."""
+    read_whole, read_lines = [], []
+    for name, calls in (("read_ndjson", read_whole), ("read_lines", read_lines)):
+        read = getattr(pl, name)
+        monkeypatch.setattr(
+            pl, name, lambda *a, _r=read, _c=calls, **k: _c.append(1) or _r(*a, **k)
+        )
     loaded = loaded_both_ways([write_lines(tmp_path / "rows.jsonl", *PLAIN_LINES, *PLAIN_LINES)])
     assert read_whole and loaded.frame.height == 2 * len(PLAIN_LINES) and loaded.problems == []
-    read_whole.clear()  # a blank line: the lines are not the rows, so line by line (json_decode)
-    loaded_both_ways([write_lines(tmp_path / "blank.jsonl", *PLAIN_LINES, b"", *PLAIN_LINES)])
-    assert not read_whole
+    for blank, whole in ((b"", True), (b" \t\r", True), (b"\x0b", False)):
+        read_lines.clear()
+        blanks = [*PLAIN_LINES, blank, *PLAIN_LINES, blank]
+        loaded = loaded_both_ways([write_lines(tmp_path / "blank.jsonl", *blanks)])
+        assert loaded.frame.height == 2 * len(PLAIN_LINES) and loaded.problems == []
+        rows = len(PLAIN_LINES)
+        assert loaded.frame["line"].to_list() == [
+            *range(1, rows + 1),
+            *range(rows + 2, 2 * rows + 2),
+        ]
+        assert (not read_lines) == whole, blank
 
 
 def test_native_reader_keeps_overrides_and_file_order(tmp_path):
