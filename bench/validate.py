@@ -360,12 +360,13 @@ def stage_seconds(path: Path) -> dict[str, float]:
     stages = {"data tag (files_hash)": timed(lambda: files_hash([path]))[0]}
     stages["load (native readers)"], loaded = timed(lambda: loader.load_samples([path]))
     data = path.read_bytes()
-    rows = pl.read_lines(data, name="text").with_row_index("line", offset=1)
-    plain = pl.Series([True] * rows.height)
-    for whole in (True, False):  # the loader's decoding of plain rows, both ways
-        name = "whole file, read_ndjson (the loader)" if whole else "line by line, json_decode"
+    stages["  finding the plain lines (streamed)"], lines = timed(lambda: loader._plain_lines(data))
+    for name, decoded in [  # the loader's decoding of plain rows, both ways
+        ("whole file, read_ndjson (the loader)", loader._decoded),
+        ("line by line, json_decode", loader._decoded_line_by_line),
+    ]:
         stages[f"  decoding the plain rows: {name}"], _ = timed(
-            lambda whole=whole: loader._decoded(data, rows, plain, every_line_a_row=whole)
+            lambda decoded=decoded: decoded(data, lines)
         )
     # the context checks read the solutions' parts the contract parsed, as the gate hands them
     parsed = solution_parts(loaded.frame).select(*loaded.frame.columns, *PARTS_READ)

@@ -275,22 +275,26 @@ def _decoded(data: bytes, lines: pl.DataFrame) -> pl.DataFrame:
     `plain` (null elsewhere). A file whose every line is a plain row or blank goes whole to
     polars' NDJSON reader, faster than `json_decode` line by line: it skips the blank lines, so
     with a row for each line the rows are the lines' (a BOM or a byte that is not UTF-8 makes a
-    line not plain). Otherwise the lines are read again, their text whole."""
-    plain = lines.get_column("plain")
-    if plain.all():
+    line not plain)."""
+    if lines.get_column("plain").all():
         try:
             read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
         except pl.exceptions.ComputeError:  # a blank line it does not skip (`\x0b`, `\x0c`)
             read = pl.DataFrame()
         if read.height == lines.height:
             return read.insert_column(0, lines.get_column("line"))
+    return _decoded_line_by_line(data, lines)
+
+
+def _decoded_line_by_line(data: bytes, lines: pl.DataFrame) -> pl.DataFrame:
+    """`_decoded` with each plain line's text read again, whole, and decoded on its own."""
     texts = pl.read_lines(data, name="text", row_index_name="line", row_index_offset=1)
     return (
         texts.lazy()  # split over the cores, as in `_plain_lines`
-        .join(lines.lazy().select("line"), on="line", maintain_order="left")
+        .join(lines.lazy(), on="line", maintain_order="left")
         .select(
             "line",
-            pl.when(plain)
+            pl.when("plain")
             .then(pl.col("text"))
             .str.json_decode(pl.Struct(RECORD_SCHEMA))
             .alias("row"),
