@@ -280,8 +280,8 @@ def _decoded(data: bytes, lines: pl.DataFrame) -> pl.DataFrame:
         try:
             read = pl.read_ndjson(data, schema=RECORD_SCHEMA)
         except pl.exceptions.ComputeError:  # a blank line it does not skip (`\x0b`, `\x0c`)
-            read = pl.DataFrame()
-        if read.height == lines.height:
+            read = None
+        if read is not None and read.height == lines.height:
             return read.insert_column(0, lines.get_column("line"))
     return _decoded_line_by_line(data, lines)
 

@@ -453,6 +453,8 @@ def test_a_file_of_plain_lines_only_goes_whole_to_the_ndjson_reader(tmp_path, mo
             *range(rows + 2, 2 * rows + 2),
         ]
         assert (not read_lines) == whole, blank
+        only_blank = loaded_both_ways([write_lines(tmp_path / "only-blank.jsonl", blank, blank)])
+        assert only_blank.frame.is_empty() and only_blank.rows_read == 0
 
 
 def test_native_reader_keeps_overrides_and_file_order(tmp_path):
