@@ -3,10 +3,10 @@ and batch sizes that fit there.
 
 A model trained by toolgrpo has its training config beside the weights (`train_config.json`,
 placed on the device it trained on), so evaluation follows it: CUDA in bf16 after a bf16 GPU
-run, the CPU in float32 after a CPU run (the default path, unchanged), vLLM when the stage
-generated with it and it is installed. A model from elsewhere goes to CUDA when there is a
-device, in the precision it was saved in. Without CUDA everything falls back to the CPU with a
-note; asking for `cuda` there is an error.
+run, the CPU in the precision the CPU run trained in (bf16 where the CPU computes it natively,
+else float32), vLLM when the stage generated with it and it is installed. A model from
+elsewhere goes to CUDA when there is a device, in the precision it was saved in. Without CUDA
+everything falls back to the CPU with a note; asking for `cuda` there is an error.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 from transformers import AutoConfig, PretrainedConfig
 
 from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, Device, TrainConfig
+from toolgrpo.training.device import cpu_has_bf16
 from toolgrpo.training.overrides import read_config
 
 # (decoding, scoring) batch sizes on the CPU: the fastest in `bench/evaluate.py` on 2 cores.
@@ -60,20 +61,23 @@ def choose_eval_device(
     cuda: bool,
     vllm_installed: bool,
     saved_bf16: bool,
+    cpu_bf16: bool = False,
 ) -> EvalDevice:
     """The evaluation device for a model trained with `trained` (None: not by toolgrpo, saved in
-    bf16 or not) on a machine with or without CUDA: pure, so tests need no GPU."""
+    bf16 or not) on a machine with or without CUDA, whose CPU computes bfloat16 natively or not
+    (`cpu_bf16`): pure, so tests need no GPU."""
+    bf16 = trained.model.bf16 if trained is not None else saved_bf16
+    cpu = CPU._replace(dtype=torch.bfloat16) if bf16 and cpu_bf16 else CPU
     if requested == "cpu":
-        return CPU
+        return cpu
     if requested == "cuda" and not cuda:
         raise EvaluationError("evaluation device 'cuda' asked for, but this machine has no CUDA")
     trained_on = trained.runtime.device if trained is not None else "auto"
     if requested == "auto" and trained_on == "cpu":
-        return CPU
+        return cpu
     if not cuda:
         note = "trained on CUDA; no CUDA device here" if trained_on == "cuda" else None
-        return CPU._replace(note=note)
-    bf16 = trained.model.bf16 if trained is not None else saved_bf16
+        return cpu._replace(note=note)
     vllm = trained is not None and trained.grpo.use_vllm and vllm_installed
     return EvalDevice("cuda", torch.bfloat16 if bf16 else torch.float32, vllm)
 
@@ -92,6 +96,7 @@ def eval_device(model_dir: Path, requested: Device = "auto") -> EvalDevice:
         cuda=torch.cuda.is_available(),
         vllm_installed=importlib.util.find_spec("vllm") is not None,
         saved_bf16=saved_bf16,
+        cpu_bf16=cpu_has_bf16(),
     )
 
 

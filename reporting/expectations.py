@@ -44,6 +44,17 @@ PRESET_EXPECTATIONS: dict[str, Expectations] = {
         ),
         max_wall_s=600,
     ),
+    # A base that reads language should carry the task to wording nobody templated, and decide
+    # both branches of a conditional step.
+    "pretrained": Expectations(
+        goals=(
+            Goal(row="eval/multistep", at_least=0.95),
+            Goal(row="eval/single_step", at_least=0.97),
+            Goal(row="eval/unseen_phrasing", at_least=0.85),
+            Goal(row="condition_fails", at_least=0.85),
+            Goal(row="condition_holds", at_least=0.85),
+        ),
+    ),
     # case study: multi-step 63% → 97%, overall 97%, single-step without regression.
     "gpu": Expectations(
         goals=(

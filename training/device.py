@@ -1,8 +1,9 @@
 """Where a stage runs: `runtime.device` resolved against this machine before anything trains.
 
 `auto` takes CUDA when the machine has it and the CPU otherwise; `cuda` without a device stops
-with one line. On the CPU the settings only a GPU runs are turned off, in one logged line: bf16
-(the weights train, save and evaluate in float32) and vLLM (TRL samples with `generate`). Engines
+with one line. On the CPU the settings it cannot run are turned off, in one logged line: vLLM (TRL
+samples with `generate`), and bf16 unless the CPU computes bfloat16 natively (AVX-512 BF16 or AMX:
+the weights then train, save and evaluate in float32). Engines
 that cannot start here (vLLM or DeepSpeed not installed, DeepSpeed without CUDA) stop with one
 line saying what to install or set. A resolved config resolves to itself, so the Prefect task
 and the training process it starts agree, and the config saved beside a model says where it
@@ -42,11 +43,32 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this machine's CPU computes bfloat16 natively (AVX-512 BF16, AMX, Arm's BF16):
+    elsewhere torch emulates it, slower than float32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = {
+                flag
+                for line in cpuinfo
+                if line.startswith(("flags", "Features"))
+                for flag in line.partition(":")[2].split()
+            }
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
 def place(
-    config: TrainConfig, *, cuda: bool, installed: Callable[[str], bool] = is_installed
+    config: TrainConfig,
+    *,
+    cuda: bool,
+    cpu_bf16: bool = False,
+    installed: Callable[[str], bool] = is_installed,
 ) -> Placement:
-    """`config` on a machine with (`cuda=True`) or without a CUDA device; raises `ConfigError`
-    with what to set when it cannot run there."""
+    """`config` on a machine with (`cuda=True`) or without a CUDA device, whose CPU computes
+    bfloat16 natively or not (`cpu_bf16`); raises `ConfigError` with what to set when it cannot
+    run there."""
     requested = config.runtime.device
     if requested == "cuda" and not cuda:
         raise ConfigError(
@@ -57,7 +79,9 @@ def place(
     changes: dict[str, Any] = {"runtime.device": device}
     turned_off = []
     if device == "cpu":
-        for path, name in (("model.bf16", "bf16"), ("grpo.use_vllm", "vLLM")):
+        bf16 = () if cpu_bf16 else (("model.bf16", "bf16"),)
+        cpu_cannot = (*bf16, ("grpo.use_vllm", "vLLM"))
+        for path, name in cpu_cannot:
             section, field = path.split(".")
             if getattr(getattr(config, section), field):
                 changes[path] = False
@@ -66,9 +90,10 @@ def place(
     _check_engines(placed, installed)
     if device == "cpu" and (requested == "auto" or turned_off):
         reason = "no CUDA device" if requested == "auto" else "runtime.device=cpu"
+        precision = "bfloat16 (this CPU computes it natively)" if placed.model.bf16 else "float32"
         what = f"; {', '.join(turned_off)}" if turned_off else ""
         fix = "; set runtime.device=cuda to stop instead" if requested == "auto" else ""
-        return Placement(placed, f"{reason}: training on the CPU in float32{what}{fix}")
+        return Placement(placed, f"{reason}: training on the CPU in {precision}{what}{fix}")
     return Placement(placed, None)
 
 
@@ -98,7 +123,7 @@ def _check_engines(config: TrainConfig, installed: Callable[[str], bool]) -> Non
 
 def place_here(config: TrainConfig) -> Placement:
     """`place` on this machine."""
-    return place(config, cuda=cuda_available())
+    return place(config, cuda=cuda_available(), cpu_bf16=cpu_has_bf16())
 
 
 def end_process_group() -> None:

@@ -28,6 +28,7 @@ from transformers import set_seed as set_transformers_seed
 
 from toolgrpo.training.chat import templated_text
 from toolgrpo.training.config import FramePieces, LoraSection, ModelSection
+from toolgrpo.training.pretrained import resolve_base
 
 logger = logging.getLogger(__name__)
 IM_START = "<|im_start|>"
@@ -211,8 +212,10 @@ def pretrained_model(path: Path | str, dtype: torch.dtype) -> PreTrainedModel:
 def load_model(
     path: Path | str, settings: ModelSection
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    """The tokenizer and causal LM at `path` (a local directory or a hub id), in the configured
-    precision, with the chat's end of turn as eos, also ending generation (`fit_chat_tokenizer`)."""
+    """The tokenizer and causal LM at `path` (a local directory, a hub id, or `registry:NAME`,
+    prepared on first use: `training.pretrained`), in the configured precision, with the chat's
+    end of turn as eos, also ending generation (`fit_chat_tokenizer`)."""
+    path = resolve_base(str(path))
     tokenizer = AutoTokenizer.from_pretrained(path)
     for change in fit_chat_tokenizer(tokenizer, path):
         logger.info("%s: tokenizer: %s", path, change)

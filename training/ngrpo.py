@@ -181,6 +181,51 @@ class NGRPOTrainer(GRPOTrainer):
         self._gathered_rewards_per_func: torch.Tensor | None = None
         self._group_counts: dict[str, _GroupCounts] = {}
 
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **images,
+    ):
+        """The completion tokens' log-probabilities (and entropies) at the sampling temperature.
+        On a GPU, TRL's fused LM head computes them; on the CPU, where that head has no Triton
+        kernel and folds the logits of every prompt position too in float32 passes, they are
+        the model's logits at the completion positions only."""
+        if self.accelerator.device.type != "cpu" or compute_aux_loss or any(images.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **images,
+            )
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids = input_ids[start : start + batch_size]
+            with self.accelerator.autocast():
+                logits = model(
+                    input_ids=ids,
+                    attention_mask=attention_mask[start : start + batch_size],
+                    logits_to_keep=logits_to_keep + 1,
+                    use_cache=False,
+                ).logits
+            log_probs = (logits[:, :-1].float() / self.temperature).log_softmax(-1)
+            targets = ids[:, -logits_to_keep:].unsqueeze(-1)
+            logps.append(log_probs.gather(-1, targets).squeeze(-1))
+            if compute_entropy:
+                with torch.no_grad():
+                    entropies.append(-(log_probs.exp() * log_probs).sum(-1))
+        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(
             inputs, prompts, completions, completion_ids_list

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from datasets import Dataset
 from torch.utils.data import Sampler
 from transformers import (
@@ -30,6 +31,7 @@ from toolgrpo.training.model import (
 )
 from toolgrpo.training.samples import aux_rows, grpo_rows, sft_task_rows, tokenizer_corpus
 from toolgrpo.training.stage import train_and_save
+from toolgrpo.training.vocabulary import cut_vocabulary
 
 STAGE = "sft"
 
@@ -64,11 +66,48 @@ class SFTTrainerSeeded(SFTTrainer):
     """TRL's SFT trainer whose `batch_rebalance` sampler shuffles with the run's data seed:
     transformers builds that sampler with a fixed seed (42), so every seed would see the rows in
     one order. With `aux_first_rows`, the first epoch reads that many last rows first
-    (`AuxFirstSampler`)."""
+    (`AuxFirstSampler`). On the CPU its loss is the model's own (`compute_loss`)."""
 
     def __init__(self, *args: Any, aux_first_rows: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.aux_first_rows = aux_first_rows
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> Any:
+        """The mean cross-entropy of the labelled tokens, with TRL's entropy and token-accuracy
+        metrics. On a GPU, TRL's fused LM head computes it; on the CPU, where that head has no
+        Triton kernel and folds every position's logits in float32 passes (half of a pretrained
+        model's SFT step), it is computed from the model's logits at the labelled positions."""
+        if return_outputs or self.accelerator.device.type != "cpu":
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        labels = inputs["labels"][:, 1:]
+        logits = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False).logits
+        mask = labels != -100
+        scored = logits[:, :-1][mask].float()
+        targets = labels[mask]
+        count = mask.sum() if num_items_in_batch is None else num_items_in_batch
+        loss = F.cross_entropy(scored, targets, reduction="sum")
+        loss = loss / torch.as_tensor(count).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes
+        with torch.no_grad():
+            log_probs = scored.log_softmax(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+            gather = self.accelerator.gather_for_metrics
+            valid = gather(mask.sum()).sum().clamp(min=1)
+            metrics = self._metrics["train" if model.training else "eval"]
+            metrics["entropy"].append((gather(entropy.sum()).sum() / valid).item())
+            correct = gather((scored.argmax(-1) == targets).sum()).sum()
+            metrics["mean_token_accuracy"].append((correct / valid).item())
+            if model.training:
+                self._total_train_tokens += gather(inputs["attention_mask"].sum()).sum().item()
+            metrics["num_tokens"] = [self._total_train_tokens]
+        return loss
 
     def _get_train_sampler(self, train_dataset: Dataset | None = None) -> Sampler | None:
         sampler = super()._get_train_sampler(train_dataset)
@@ -88,17 +127,35 @@ def sft_config(config: TrainConfig, stage_dir: Path) -> SFTConfig:
 def initial_model(
     config: TrainConfig, stage_dir: Path, args: SFTConfig
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    """The model SFT starts from: the configured base model, or a tiny one built on the training
-    text and kept in `<stage_dir>/init` so that a resumed run uses the very same tokenizer (built
-    by the main process; the others wait, then load it)."""
-    if config.model.base_model is not None:
-        return load_model(config.model.base_model, config.model)
+    """The model SFT starts from: the configured base model as it is, or one made for the
+    training text and kept in `<stage_dir>/init` so that a resumed run uses the very same
+    tokenizer (made by the main process; the others wait, then load it): the base with its
+    vocabulary cut (`model.cut_vocabulary`), or the tiny model."""
+    base = config.model.base_model
+    if base is not None and not config.model.cut_vocabulary:
+        return load_model(base, config.model)
     init_dir = stage_dir / "init"
-    with args.main_process_first(desc="build the tiny model"):
+    with args.main_process_first(desc="make the initial model"):
         if not (init_dir / "config.json").is_file():
-            tokenizer, model = tiny_model(config)
+            tokenizer, model = tiny_model(config) if base is None else cut_base(config, base)
             save_model(model, tokenizer, init_dir)
     return load_model(init_dir, config.model)
+
+
+def cut_base(config: TrainConfig, base: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    """The base model with its vocabulary cut to what the training rows of both stages, the
+    auxiliary rows and the catalogue write, in the chat frame (`training.vocabulary`)."""
+    tokenizer, model = load_model(base, config.model)
+    catalogue = config.data.tool_catalogue()
+    rows = grpo_rows(config) + aux_rows(config, len(sft_task_rows(config)))
+    texts = [
+        chat_prompt(tokenizer, row["prompt"], catalogue) + row["solution"] + tokenizer.eos_token
+        for row in rows
+    ]
+    texts.append(catalogue.model_dump_json())  # tool names, descriptions, keywords, enums
+    tokenizer, model, cut = cut_vocabulary(tokenizer, model, texts, config.model.common_tokens)
+    print(cut.line(), flush=True)
+    return tokenizer, model
 
 
 def tiny_model(config: TrainConfig) -> tuple[PreTrainedTokenizerFast, Qwen2ForCausalLM]:

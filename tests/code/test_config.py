@@ -49,7 +49,7 @@ from toolgrpo.training.sft import sft_config
 
 
 def test_four_named_presets_ship_and_the_typed_parameter_lists_each():
-    assert set(get_args(Preset)) == set(preset_names()) == {"smoke", "cpu", "gpu"}
+    assert set(get_args(Preset)) == set(preset_names()) == {"smoke", "cpu", "pretrained", "gpu"}
     for name in preset_names():
         assert load_preset(name).preset == name
 

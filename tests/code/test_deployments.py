@@ -116,7 +116,7 @@ def test_retrain_deployment_form_lists_the_flow_parameters_and_config_fields():
         properties
     )
     assert "catalogue" in properties["catalogue"]["description"]
-    assert properties["preset"]["enum"] == ["smoke", "cpu", "gpu"]
+    assert properties["preset"]["enum"] == ["smoke", "cpu", "pretrained", "gpu"]
     grpo = schema["definitions"]["GRPOOverrides"]["properties"]
     assert grpo["max_steps"]["description"] == "optimiser steps"
     assert grpo["max_steps"]["type"] == "integer"

@@ -34,6 +34,17 @@ def test_gpu_preset_without_cuda_falls_back_to_float32_on_the_cpu_and_says_so():
     )
 
 
+def test_a_cpu_that_computes_bf16_natively_keeps_it_and_says_so():
+    placed, note = place(load_preset("pretrained"), cuda=False, cpu_bf16=True)
+    assert (placed.runtime.device, placed.model.bf16) == ("cpu", True)
+    assert note == (
+        "no CUDA device: training on the CPU in bfloat16 (this CPU computes it natively); "
+        "set runtime.device=cuda to stop instead"
+    )
+    placed, note = place(load_preset("pretrained"), cuda=False, cpu_bf16=False)
+    assert not placed.model.bf16 and "in float32; bf16 off (model.bf16=false)" in note
+
+
 def test_gpu_preset_with_cuda_keeps_bf16_and_logs_nothing():
     placed, note = place(load_preset("gpu"), cuda=True)
     assert (placed.runtime.device, placed.model.bf16, note) == ("cuda", True, None)
@@ -138,9 +149,16 @@ CUDA_TRAINED = place(load_preset("gpu"), cuda=True).config
 CPU_TRAINED = load_preset("cpu")
 
 
-def _choose(trained, requested="auto", *, cuda=True, vllm_installed=False, saved_bf16=False):
+def _choose(
+    trained, requested="auto", *, cuda=True, vllm_installed=False, saved_bf16=False, cpu_bf16=False
+):
     return choose_eval_device(
-        trained, requested, cuda=cuda, vllm_installed=vllm_installed, saved_bf16=saved_bf16
+        trained,
+        requested,
+        cuda=cuda,
+        vllm_installed=vllm_installed,
+        saved_bf16=saved_bf16,
+        cpu_bf16=cpu_bf16,
     )
 
 
@@ -150,6 +168,13 @@ def test_a_cuda_trained_model_is_evaluated_on_cuda_in_bf16():
 
 def test_a_cpu_trained_model_stays_on_the_cpu_in_float32_even_with_a_gpu():
     assert _choose(CPU_TRAINED) == CPU
+
+
+def test_a_model_trained_in_bf16_on_the_cpu_is_evaluated_in_bf16_where_the_cpu_computes_it():
+    trained = place(load_preset("pretrained"), cuda=False, cpu_bf16=True).config
+    assert _choose(trained, cuda=False, cpu_bf16=True)[:2] == ("cpu", torch.bfloat16)
+    assert _choose(trained, cuda=False, cpu_bf16=False) == CPU
+    assert _choose(CPU_TRAINED, cpu_bf16=True) == CPU
 
 
 def test_a_cuda_trained_model_without_cuda_falls_back_to_the_cpu_with_a_note():
