@@ -42,6 +42,16 @@ def say(text: str, error: bool = False) -> None:
     print(visible(text, keep="\n"), file=sys.stderr if error else sys.stdout)
 
 
+def write_problem(error: OSError) -> str:
+    """A failed write in one line: `cannot write PATH: No space left on device` (our own
+    `WriteFailed` says it so already)."""
+    from toolgrpo.schemas.files import WriteFailed
+
+    if isinstance(error, WriteFailed) or error.filename is None:
+        return str(error)
+    return f"cannot write {error.filename}: {error.strerror or error}"
+
+
 def unusable_files(paths: Sequence[Path | None]) -> str | None:
     """Why some of `paths` (None: not given) cannot be read as files, or None when all can:
     missing, a folder, or another path that is not read (a pipe, a device, a compressed file),
@@ -579,6 +589,9 @@ def run(
         return 1
     except StageFailed as error:
         say(f"toolgrpo run: {error}", error=True)
+        return 1
+    except OSError as error:  # the run folder, a report or a copy could not be written
+        say(f"toolgrpo run: {write_problem(error)}", error=True)
         return 1
     say("\n" + markdown_table(before_after_rows(summary.accuracy)))
     zero_std = summary.zero_std

@@ -68,6 +68,8 @@ CARRIED_OVER = ("init", METRICS_FILENAME)
 # zero-std line. train_metrics.jsonl keeps them and the progress lines sum them up, so the run
 # log gets them at debug level only.
 PER_STEP_RECORD = re.compile(r"^\{'|^toolgrpo\.training\.ngrpo: Zero std: ")
+# A line of output that says why a process stopped: our one-line errors, a raised exception.
+CAUSE_LINE = re.compile(r"^(error: |\w+(\.\w+)*(Error|Exception|Interrupt)\b)")
 
 
 def training_code() -> list[Path]:
@@ -211,6 +213,12 @@ def _continue_unfinished_run(stage: Stage, run_dir: Path, resume_key: str) -> No
     write_text_file(stage_dir / RESUME_KEY_FILE, resume_key)
 
 
+def _cause(tail: deque[str]) -> str:
+    """`: <the last line of output that says why the process stopped>`, or nothing."""
+    causes = [line for line in tail if CAUSE_LINE.match(line)]
+    return f": {causes[-1].removeprefix('error: ')}" if causes else ""
+
+
 def _resume_hint(stage_dir: Path, resume_key: str | None) -> str:
     """How the stage goes on from where it stopped, for the failure message."""
     checkpoint = last_checkpoint(stage_dir)
@@ -317,9 +325,10 @@ def train_stage(
             if line is None:  # output closed: the child is exiting
                 break
             if line:
-                tail.append(line)
-                level = logging.DEBUG if PER_STEP_RECORD.match(line) else logging.INFO
-                logger.log(level, "%s | %s", stage, line)
+                per_step = PER_STEP_RECORD.match(line)
+                if not per_step:  # the failure message quotes the tail: causes, not metrics
+                    tail.append(line)
+                logger.log(logging.DEBUG if per_step else logging.INFO, "%s | %s", stage, line)
             now = time.monotonic()
             if now >= next_progress:
                 step, max_steps = _progress(metrics_path)
@@ -354,8 +363,8 @@ def train_stage(
             else f"; {_resume_hint(stage_dir, resume_key)}"
         )
         raise StageFailed(
-            f"{stage} stage failed (exit status {process.returncode}) after {wall_s}s{resume}. "
-            f"Last output:\n{output}",
+            f"{stage} stage failed (exit status {process.returncode}) after {wall_s}s"
+            f"{_cause(tail)}{resume}. Last output:\n{output}",
             returncode=process.returncode,
         )
     step, max_steps = _progress(metrics_path)

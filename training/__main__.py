@@ -9,7 +9,9 @@ checkpoint. Problems with the input exit with status 2 and one line on stderr, n
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -70,6 +72,19 @@ def configure_output() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+def is_full_disk(error: BaseException) -> bool:
+    """Whether `error` is a write that found the disk full: an OSError saying so, or torch's and
+    safetensors' own words for it (`PytorchStreamWriter failed writing file`, `unexpected pos`,
+    `StorageFull`)."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    text = str(error)
+    return any(
+        words in text
+        for words in ("No space left on device", "StorageFull", "unexpected pos", "failed writing")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     configure_output()
@@ -95,6 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (OSError, RuntimeError) as error:
+        if not is_full_disk(error):
+            raise
+        free_mb = shutil.disk_usage(args.run_dir).free // 2**20
+        print(
+            f"error: cannot write under {args.run_dir}: No space left on device ({free_mb} MB "
+            "free); free some space and run again: the stage resumes from its last checkpoint",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         end_process_group()
     print(f"saved {args.stage} model to {model_dir}", flush=True)

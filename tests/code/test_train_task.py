@@ -1,8 +1,10 @@
 """The Prefect task that runs a training stage as a subprocess: command, deadline, failures."""
 
+import re
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,13 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.logging import disable_run_logger
 
 import toolgrpo.tasks.progress as progress_module
-from toolgrpo.tasks.train import PER_STEP_RECORD, StageFailed, stage_command, train_stage
+from toolgrpo.tasks.train import (
+    PER_STEP_RECORD,
+    StageFailed,
+    _cause,
+    stage_command,
+    train_stage,
+)
 from toolgrpo.training import device
 from toolgrpo.training.config import CONFIG_FILENAME, trl_accelerate_configs
 from toolgrpo.training.device import stage_threads
@@ -126,8 +134,12 @@ def test_bad_config_fails_the_task_once_with_the_childs_message(prefect_harness,
     error = state.result(raise_on_failure=False)
     assert isinstance(error, StageFailed) and error.returncode == 2
     message = str(error)
-    assert "sft stage failed (exit status 2)" in message
-    assert "missing/multistep.jsonl: sample file not found" in message
+    # the cause first, then how to go on, then the output it came from
+    assert re.match(
+        r"sft stage failed \(exit status 2\) after [\d.]+s: \S*missing/multistep\.jsonl: sample "
+        r"file not found\. Last output:\n",
+        message,
+    )
     assert "Traceback" not in message
     with get_client(sync_client=True) as client:  # input errors are not retried
         flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
@@ -135,6 +147,17 @@ def test_bad_config_fails_the_task_once_with_the_childs_message(prefect_harness,
     assert task_run.state.is_failed() and task_run.run_count == 1
     assert task_run.name == "sft"
     assert (tmp_path / CONFIG_FILENAME).is_file()
+
+
+def test_a_failure_message_leads_with_the_last_line_that_says_why():
+    tail = deque(["sft step 3/10 · loss 0.2", "Traceback (most recent call last):", "  x()"])
+    tail += ["RuntimeError: [enforce fail at inline_container.cc:664] unexpected pos 64"]
+    assert (
+        _cause(tail)
+        == ": RuntimeError: [enforce fail at inline_container.cc:664] unexpected pos 64"
+    )
+    assert _cause(deque(["error: no such file", "sft step 1/2"])) == ": no such file"
+    assert _cause(deque(["sft step 1/2 · loss 0.3"])) == ""
 
 
 def test_progress_update_failure_only_warns(prefect_harness, monkeypatch):
