@@ -1,15 +1,14 @@
-"""What cutting the pretrained base's vocabulary saves, and what it costs on text it never saw.
+"""The pretrained preset's SFT levers side by side in one run: the vocabulary cut and bfloat16.
 
-    python bench/vocabulary.py [--common 0,8000,20000] [--steps 8] [--full/--no-full]
+    python bench/pretrained_sft.py [--common 0,8000,20000] [--steps 24] [--every 4]
 
-For the `pretrained` preset (Gemma 3 270M from the registry, LoRA r 16, bf16 where the CPU
-computes it natively) on the shipped training rows, one arm per `model.common_tokens` and one
-with the whole vocabulary, side by side: the vocabulary's size, the seconds an SFT step takes
-(TRL's SFT, the preset's batches, the mean of `--steps` steps after one warm-up step), and on
-the eval files' prompts (text the cut never saw): how many prompts encode to other tokens than
-with the whole vocabulary, their tokens per prompt against the whole vocabulary's, and byte
-tokens per prompt (characters no kept token covers). Prints the load average: on a shared
-machine compare rows of one run.
+The `pretrained` preset (Gemma 3 270M from the registry, LoRA r 16) on the shipped training
+rows, from the same seed, one arm per `model.common_tokens`, one with the whole vocabulary, and
+the preset in float32 (`model.bf16=false`): the vocabulary's size; the seconds an SFT step takes
+(the mean after the first step); the loss every `--every` steps (the curves compared); and on the
+eval files' prompts, text no cut saw: how many encode to other tokens than with the whole
+vocabulary, their tokens per prompt against it, and byte tokens per prompt (characters no kept
+token covers). Prints the load average: on a shared machine compare rows of one run only.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import cyclopts
 import torch
@@ -35,10 +35,13 @@ from toolgrpo.training.sft import sft_config, sft_trainer
 EVAL_FILES = sorted((DATA_DIR / "eval").glob("*.jsonl"))
 
 
-class StepTimes(TrainerCallback):
+class StepLog(TrainerCallback):
+    """Each step's seconds and loss."""
+
     def __init__(self) -> None:
         self.started = 0.0
         self.seconds: list[float] = []
+        self.losses: list[float] = []
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.started = time.perf_counter()
@@ -46,65 +49,69 @@ class StepTimes(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.seconds.append(time.perf_counter() - self.started)
 
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.losses.append(float(logs["loss"]))
 
-def eval_prompts(tokenizer) -> list[str]:
+
+def eval_prompts(tokenizer: Any) -> list[str]:
     rows = [json.loads(line) for path in EVAL_FILES for line in path.read_text().splitlines()]
     return [chat_prompt(tokenizer, row["prompt"]) for row in rows]
 
 
-def arm(overrides: dict, steps: int, full_tokenizer) -> dict[str, object]:
+def arm(overrides: dict[str, Any], steps: int, whole: Any) -> tuple[dict[str, Any], list[float]]:
+    """One arm's row of the table, and its loss at every step."""
     config, _ = place_here(load_preset("pretrained", overrides))
     torch.set_num_threads(stage_threads(config.runtime))
-    stage_dir = Path(tempfile.mkdtemp(prefix="vocabulary-"))
+    stage_dir = Path(tempfile.mkdtemp(prefix="pretrained-sft-"))
     args = sft_config(config, stage_dir)
-    args.max_steps, args.save_strategy = steps + 1, "no"
+    args.max_steps, args.save_strategy = steps, "no"
     trainer = sft_trainer(config, stage_dir, args)
-    times = StepTimes()
-    trainer.add_callback(times)
+    log = StepLog()
+    trainer.add_callback(log)
     trainer.train()
     tokenizer = trainer.processing_class
     prompts = eval_prompts(tokenizer)
-    full = full_tokenizer(prompts, add_special_tokens=False)["input_ids"]
     mine = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    full = whole(prompts, add_special_tokens=False)["input_ids"]
     changed = sum(
-        tokenizer.convert_ids_to_tokens(a) != full_tokenizer.convert_ids_to_tokens(b)
+        tokenizer.convert_ids_to_tokens(a) != whole.convert_ids_to_tokens(b)
         for a, b in zip(mine, full, strict=True)
     )
-    byte_tokens = sum(
-        t.startswith("<0x") for ids in mine for t in tokenizer.convert_ids_to_tokens(ids)
-    )
     tokens = sum(map(len, mine))
-    return {
+    byte_tokens = sum(
+        token.startswith("<0x") for ids in mine for token in tokenizer.convert_ids_to_tokens(ids)
+    )
+    row = {
         "vocabulary": f"{len(tokenizer):,}",
-        "s/step": f"{sum(times.seconds[1:]) / steps:.2f}",
+        "dtype": "bf16" if config.model.bf16 else "fp32",
+        "s/step": f"{sum(log.seconds[1:]) / max(1, len(log.seconds) - 1):.2f}",
         "eval prompts re-tokenized": f"{changed}/{len(prompts)}",
         "tokens/prompt": f"{tokens / len(mine):.1f} ({tokens / sum(map(len, full)) - 1:+.1%})",
         "byte tokens/prompt": f"{byte_tokens / len(mine):.2f}",
-        "dtype": "bf16" if config.model.bf16 else "fp32",
     }
+    return row, log.losses
 
 
-def main(common: str = "0,8000,20000", steps: int = 8, full: bool = True) -> None:
-    base = resolve_base(load_preset("pretrained").model.base_model or "")
-    full_tokenizer = AutoTokenizer.from_pretrained(base)
-    rows = []
-    for count in [int(c) for c in common.split(",")]:
-        rows.append(
-            {
-                "arm": f"cut, common_tokens {count}",
-                **arm({"model.common_tokens": count}, steps, full_tokenizer),
-            }
-        )
+def main(common: str = "0,8000,20000", steps: int = 24, every: int = 4) -> None:
+    whole = AutoTokenizer.from_pretrained(resolve_base(load_preset("pretrained").model.base_model))
+    arms = {f"cut, common_tokens {c}": {"model.common_tokens": int(c)} for c in common.split(",")}
+    arms["whole vocabulary"] = {"model.cut_vocabulary": False}
+    arms["cut (preset), float32"] = {"model.bf16": False}
+    rows, curves = [], {}
+    for name, overrides in arms.items():
+        row, curves[name] = arm(overrides, steps, whole)
+        rows.append({"arm": name, **row})
         print(rows[-1], flush=True)
-    if full:
-        rows.append(
-            {
-                "arm": "whole vocabulary",
-                **arm({"model.cut_vocabulary": False}, steps, full_tokenizer),
-            }
-        )
-    print(f"\nload average {os.getloadavg()[0]:.2f}; {steps} steps per arm\n")
+    print(f"\nload average {os.getloadavg()[0]:.2f}; {steps} SFT steps per arm, seed 0\n")
     print(markdown_table(rows))
+    print("\nSFT loss by step\n")
+    shown = range(every - 1, steps, every)
+    print(
+        markdown_table(
+            [{"step": i + 1} | {n: f"{c[i]:.3f}" for n, c in curves.items()} for i in shown]
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,11 +25,13 @@ from toolgrpo.training.overrides import (
 REGENERATE = "python -m toolgrpo.reporting.config_reference > docs/configuration.md"
 
 _INTRODUCTION = """\
-One typed config (`training/config.py`, pydantic) in sections, and three presets as YAML recipes
+One typed config (`training/config.py`, pydantic) in sections, and four presets as YAML recipes
 over it (`training/presets/`): `smoke` (a pipeline check in minutes), `cpu` (the main job: a tiny
-model built locally, trained on rows that write each comparison out place by place) and `gpu` (a
-pretrained base model with LoRA). A preset's relative data paths are under the data folder; a
-preset may `extends: <another>` and state only what differs.
+model built locally, trained on rows that write each comparison out place by place),
+`pretrained` (Gemma 3 270M from the package registry on the CPU: its vocabulary cut to the
+data's, LoRA, bf16 where the CPU has it) and `gpu` (a pretrained base model of yours with LoRA).
+A preset's relative data paths are under the data folder; a preset may `extends: <another>` and
+state only what differs.
 
 Any field below can be overridden by its dotted path: `toolgrpo run --set grpo.max_steps=20`
 (values are read as YAML: `true`, `null`, `5e-5`), or in the `config` parameter of the retrain

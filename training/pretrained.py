@@ -212,11 +212,11 @@ def _convert(base: RegistryBase, gguf: Path, out: Path) -> None:
     with contextlib.redirect_stderr(io.StringIO()):
         # dequantized fastest in float32, then saved as Gemma 3 was trained: in bfloat16
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.to(torch.bfloat16)
     # The loader marks the model as GGUF-quantized though its weights are dequantized; saved so,
     # a reload would pack them again.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     del model.config.quantization_config
+    torch.nn.Module.to(model, torch.bfloat16)
     tokenizer.chat_template = base.chat_template
     tokenizer.eos_token = "<end_of_turn>"  # the end of a turn ends an answer
     tokenizer.pad_token = "<pad>"

@@ -94,7 +94,7 @@ def _fallback_tokens(state: dict[str, Any]) -> set[str]:
 def _merges(state: dict[str, Any]) -> list[tuple[str, str]]:
     """The BPE merges in rank order, whichever way tokenizer.json writes them."""
     return [
-        (pair[0], pair[1]) if isinstance(pair, list) else tuple(pair.split(" ", 1))  # type: ignore[misc]
+        (pair[0], pair[1]) if isinstance(pair, list) else tuple(pair.split(" ", 1))
         for pair in state["model"]["merges"]
     ]
 
@@ -120,7 +120,7 @@ def kept_tokens(
 ) -> tuple[set[str], dict[str, int]]:
     """The tokens a cut of `tokenizer` keeps for `texts` (the module docstring's list), and how
     many each reason added. Raises `VocabularyError` for a tokenizer that is not BPE."""
-    backend: Tokenizer = tokenizer.backend_tokenizer  # type: ignore[attr-defined]
+    backend: Tokenizer = tokenizer.backend_tokenizer
     state = json.loads(backend.to_str())
     if state["model"]["type"] != "BPE":
         raise VocabularyError(
@@ -203,6 +203,14 @@ def _renumber_post_processor(processor: Any, new_id: dict[int, int]) -> None:
             _renumber_post_processor(inner, new_id)
 
 
+def _weight(module: object) -> torch.Tensor:
+    """An embedding's or output head's weight matrix."""
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        raise VocabularyError(f"{type(module).__name__} has no weight matrix to cut")
+    return weight
+
+
 def cut_vocabulary(
     tokenizer: PreTrainedTokenizerBase,
     model: PreTrainedModel,
@@ -213,7 +221,7 @@ def cut_vocabulary(
     tokenizer (same special tokens and chat template) and `model` resized in place, its
     embedding rows (and an untied head's) those of the kept tokens, ids in its configs mapped."""
     kept, reasons = kept_tokens(tokenizer, texts, common_tokens)
-    backend: Tokenizer = tokenizer.backend_tokenizer  # type: ignore[attr-defined]
+    backend: Tokenizer = tokenizer.backend_tokenizer
     state = json.loads(backend.to_str())
     full_size = len(state["model"]["vocab"])
     kept_ids = sorted(state["model"]["vocab"][token] for token in kept)
@@ -230,18 +238,15 @@ def cut_vocabulary(
         },
     )
     rows = torch.tensor(kept_ids)
-    embedding = model.get_input_embeddings().weight.data[rows].clone()
-    head = model.get_output_embeddings()
-    untied_head = (
-        head.weight.data[rows].clone()
-        if head is not None
-        and head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
-        else None
-    )
+    embedding = _weight(model.get_input_embeddings())
+    output = model.get_output_embeddings()
+    untied = output is not None and _weight(output).data_ptr() != embedding.data_ptr()
+    kept_embedding = embedding.data[rows].clone()
+    kept_head = _weight(output).data[rows].clone() if untied else None
     model.resize_token_embeddings(len(kept_ids), mean_resizing=False)
-    model.get_input_embeddings().weight.data.copy_(embedding)
-    if untied_head is not None:
-        model.get_output_embeddings().weight.data.copy_(untied_head)  # type: ignore[union-attr]
+    _weight(model.get_input_embeddings()).data.copy_(kept_embedding)
+    if kept_head is not None:
+        _weight(model.get_output_embeddings()).data.copy_(kept_head)
     for config in (model.config, model.generation_config):
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             value = getattr(config, name, None)
