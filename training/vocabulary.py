@@ -99,6 +99,13 @@ def _merges(state: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _token_ids(state: dict[str, Any]) -> dict[str, int]:
+    """Every token's id: the BPE vocabulary's and the added tokens' (which a tokenizer may keep
+    outside its vocabulary: `<|im_start|>` in Qwen's)."""
+    added = {token["content"]: token["id"] for token in state["added_tokens"]}
+    return {**added, **state["model"]["vocab"]}
+
+
 def _with_parts(tokens: set[str], merges: list[tuple[str, str]]) -> set[str]:
     """`tokens` and, recursively, every token a merge makes one of them from: BPE then reaches
     each kept token by the merges it took before."""
@@ -128,7 +135,8 @@ def kept_tokens(
             "cut; set model.cut_vocabulary=false"
         )
     vocab: dict[str, int] = state["model"]["vocab"]
-    token_of = {index: token for token, index in vocab.items()}
+    ids = _token_ids(state)
+    token_of = {index: token for token, index in ids.items()}
     merges = _merges(state)
     shape = _TextShape(texts)
     # the special tokens the chat frame does not write itself: padding, unknown, end of text
@@ -140,7 +148,7 @@ def kept_tokens(
             tokenizer.pad_token,
             tokenizer.unk_token,
         )
-        if isinstance(token, str) and token in vocab
+        if isinstance(token, str) and token in ids
     }
     used = {
         token_of[i] for e in backend.encode_batch(texts, add_special_tokens=False) for i in e.ids
@@ -168,7 +176,7 @@ def kept_tokens(
         fitting = (t for t in common if shape.fits(decoded.get(t, "")))
         add("common", (t for _, t in zip(range(common_tokens), fitting, strict=False)))
     before = len(kept)
-    kept = _with_parts(kept, merges) & vocab.keys()
+    kept = _with_parts(kept, merges) & ids.keys()
     reasons["merge parts"] = len(kept) - before
     return kept, reasons
 
@@ -223,8 +231,9 @@ def cut_vocabulary(
     kept, reasons = kept_tokens(tokenizer, texts, common_tokens)
     backend: Tokenizer = tokenizer.backend_tokenizer
     state = json.loads(backend.to_str())
-    full_size = len(state["model"]["vocab"])
-    kept_ids = sorted(state["model"]["vocab"][token] for token in kept)
+    ids = _token_ids(state)
+    full_size = len(ids)
+    kept_ids = sorted(ids[token] for token in kept)
     new_id = {old: new for new, old in enumerate(kept_ids)}
     cut = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(json.dumps(_cut_state(state, new_id))),

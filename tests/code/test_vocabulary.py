@@ -112,3 +112,19 @@ def test_a_tokenizer_that_is_not_bpe_is_one_line_saying_what_to_set():
         VocabularyError, match=r"is WordPiece, not BPE.*model\.cut_vocabulary=false"
     ):
         kept_tokens(wordpiece, ["hello world"], common_tokens=0)
+
+
+def test_added_tokens_outside_the_bpe_vocabulary_are_kept_and_renumbered():
+    frame = '{"thought": "'  # a whole token added after the BPE vocabulary, as the cpu preset's
+    tokenizer, model = build_tiny(
+        CORPUS, hidden_size=32, num_layers=1, num_heads=2, vocab_size=900, whole_texts=(frame,)
+    )
+    model = model.float().eval()
+    text = TASK[2]
+    with torch.no_grad():
+        full = model(**tokenizer(text, return_tensors="pt")).logits
+    cut_tokenizer, cut_model, record = cut_vocabulary(tokenizer, model, TASK, common_tokens=0)
+    assert cut_tokenizer.tokenize(text)[0] == frame
+    with torch.no_grad():
+        kept = cut_model(**cut_tokenizer(text, return_tensors="pt")).logits
+    torch.testing.assert_close(kept, full[..., list(record.kept_ids)])
