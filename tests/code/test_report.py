@@ -136,6 +136,14 @@ def test_headline_says_which_goals_of_the_preset_were_met():
     assert "- ❌ wall time ≤ 10 min: 15.0 min" in markdown
 
 
+def test_the_pretrained_presets_goals_include_unseen_wording_and_both_branches():
+    markdown = headline_markdown(_summary("pretrained"), "/report")
+    assert markdown.startswith("## Retrain `pretrained`: ")
+    assert "of 5 goals met" in markdown.splitlines()[0]
+    assert "eval/unseen_phrasing ≥ 85.0%" in markdown
+    assert "condition_holds ≥ 85.0%" in markdown and "wall time" not in markdown
+
+
 def test_smoke_reports_say_at_the_top_that_near_zero_accuracy_is_expected(mixed_predictions):
     summary = _summary("smoke")
     metrics = compute_metrics(mixed_predictions)
