@@ -39,6 +39,7 @@ from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
+from toolgrpo.flows.prefect_api import record_process
 from toolgrpo.schemas.catalogue import CatalogueError
 from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.files import write_text_file
@@ -145,7 +146,7 @@ def _failure(what: str, future: PrefectFuture) -> str:
     return f"{what}: {message.strip().splitlines()[0]}"
 
 
-@flow(name="ablation", log_prints=True)
+@flow(name="ablation", log_prints=True, on_running=[record_process])
 def ablation(params: AblationParams) -> AblationReport:
     """Gate the data, train the starts, then every arm from each, evaluate, aggregate and
     publish. A failed data gate ends the run Failed before any training (calling the flow then

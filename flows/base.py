@@ -14,6 +14,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
+from toolgrpo.flows.prefect_api import record_process
 from toolgrpo.tasks.base import CARD_JSON, publish_base, read_card
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import train_stage
@@ -54,7 +55,7 @@ def build_command(preset: str, out: Path, overrides: dict[str, Any]) -> str:
     return f"toolgrpo base build --preset {preset} --out {out}{sets}"
 
 
-@flow(name="build-base", log_prints=True)
+@flow(name="build-base", log_prints=True, on_running=[record_process])
 def build_base(
     out: Path,
     preset: Preset = "cpu",

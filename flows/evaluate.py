@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import flow
 
 from toolgrpo.evaluation.predict import EvalSettings
+from toolgrpo.flows.prefect_api import record_process
 from toolgrpo.schemas.catalogue import catalogue_at
 from toolgrpo.schemas.problems import Problem
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
@@ -25,7 +26,7 @@ class UnreadableData(ValueError):
         return type(self), (self.problems,)
 
 
-@flow(name="evaluate", log_prints=True)
+@flow(name="evaluate", log_prints=True, on_running=[record_process])
 def evaluate(
     model: Path,
     data: list[Path],

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from prefect.client.schemas.objects import FlowRun
     from prefect.settings import Settings
 
 # The temporary Prefect server can take longer than the 20 s default on a busy 2-core box.
@@ -76,6 +77,9 @@ def temporary_api() -> FastAPI:
     temporary server serves it (no UI, only the services a temporary server runs)."""
     from prefect.server.api.server import create_app
 
+    from toolgrpo.training.orphans import end_with_parent
+
+    end_with_parent()
     return create_app(ephemeral=True, final=True)
 
 
@@ -102,9 +106,21 @@ def _launch(settings: Settings, output: IO[bytes]) -> _Server:
     # at exit, after Prefect's own exit handlers sent what the runs logged: what the server
     # still waits on (seen: 5 s, until `_stop` killed it, after a 1M-row `validate`) is dropped
     command += ["--timeout-graceful-shutdown", str(SERVER_STOP_GRACE_S)]
-    environment = {**os.environ, **settings.to_environment_variables(exclude_unset=True)}
+    from toolgrpo.training.orphans import child_environment
+
+    environment = {
+        **os.environ,
+        **settings.to_environment_variables(exclude_unset=True),
+        **child_environment(),
+    }
+    # A session of its own: a terminal's Ctrl-C reaches the command, which still needs the
+    # server to record how its runs ended; the server ends with the command however it ends.
     process = subprocess.Popen(
-        [*command, "--lifespan", "on"], env=environment, stdout=output, stderr=output
+        [*command, "--lifespan", "on"],
+        env=environment,
+        stdout=output,
+        stderr=output,
+        start_new_session=True,
     )
     return _Server(process, f"http://127.0.0.1:{port}/api", output)
 
@@ -185,6 +201,81 @@ def temporary_server_starting() -> Iterator[None]:
     # the settings every thread reads that has no context of its own (Prefect's workers)
     os.environ["PREFECT_API_URL"] = server.url
     refresh_global_settings_context()
+    _crash_leftovers()
+
+
+def _crash_leftovers() -> None:
+    """`crash_runs_of_dead_processes`, one line each; housekeeping that never stops the command
+    it runs before (one line if it cannot be done)."""
+    import httpx
+    from prefect.exceptions import PrefectException
+
+    try:
+        names = crash_runs_of_dead_processes()
+    except (httpx.HTTPError, PrefectException, ValueError) as error:
+        print(f"toolgrpo: could not look for runs left Running: {error}", file=sys.stderr)
+        return
+    for name in names:
+        print(
+            f"toolgrpo: flow run {name!r} was left Running by a process that died: now Crashed",
+            file=sys.stderr,
+        )
+
+
+def record_process(flow: object, flow_run: FlowRun, state: object) -> None:
+    """`on_running` hook: the flow run's `infrastructure_pid` becomes this process
+    (`host:pid`, as Prefect's runners write it), so that a later command can tell a run whose
+    process died from one still running (`crash_runs_of_dead_processes`)."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(
+            flow_run.id, infrastructure_pid=f"{socket.gethostname()}:{os.getpid()}"
+        )
+
+
+def _process_gone(infrastructure_pid: str | None) -> bool:
+    """Whether `host:pid` names a process of this host that no longer runs."""
+    host, _, pid = (infrastructure_pid or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def crash_runs_of_dead_processes() -> list[str]:
+    """Mark Crashed every flow run left Running by a process of this host that died without
+    ending it (`kill -9`, an out-of-memory kill, a machine that went down); returns their names.
+    What Prefect's heartbeats and an automation do on a real server, for the database of a
+    temporary one, which nothing watches between commands."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    running = FlowRunFilter(
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))
+    )
+    crashed = []
+    with get_client(sync_client=True) as client:
+        for run in client.read_flow_runs(flow_run_filter=running):
+            if _process_gone(run.infrastructure_pid):
+                message = (
+                    f"its process ({run.infrastructure_pid}) died without ending it; marked by "
+                    "the next toolgrpo command"
+                )
+                client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+                crashed.append(run.name)
+    return crashed
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, PredictionMode, evaluation_rows
+from toolgrpo.flows.prefect_api import record_process
 from toolgrpo.flows.retrain_parameters import RetrainOverrides
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.reporting.run_report import before_after_rows
@@ -82,7 +83,12 @@ def _retrain_run_name() -> str:
     return run_name("retrain", flow_run.parameters.get("preset", "cpu"))
 
 
-@flow(name="retrain", flow_run_name=_retrain_run_name, log_prints=True)
+@flow(
+    name="retrain",
+    flow_run_name=_retrain_run_name,
+    log_prints=True,
+    on_running=[record_process],
+)
 def retrain(
     preset: Preset = "cpu",
     train_files: list[Path] | None = None,

@@ -50,6 +50,7 @@ from toolgrpo.training.config import (
 )
 from toolgrpo.training.device import place_here
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
+from toolgrpo.training.orphans import child_environment
 from toolgrpo.training.stage import last_checkpoint, saved_checkpoints
 
 Stage = Literal["sft", "grpo", "base"]
@@ -310,7 +311,7 @@ def train_stage(
         text=True,
         bufsize=1,
         start_new_session=True,  # one process group to kill, accelerate's workers included
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **tracking},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **tracking, **child_environment()},
     )
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_read_into, args=(process.stdout, lines), daemon=True).start()

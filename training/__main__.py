@@ -25,6 +25,7 @@ from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, TrainConfig
 from toolgrpo.training.device import end_process_group, place_here, stage_threads
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.model import BaseModelError
+from toolgrpo.training.orphans import end_with_parent
 from toolgrpo.training.overrides import load_preset, read_config
 from toolgrpo.training.pretrained import BaseFetchError
 from toolgrpo.training.samples import SamplesError
@@ -87,6 +88,7 @@ def is_full_disk(error: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    end_with_parent()
     configure_output()
     try:
         config, note = place_here(run_config(args.run_dir, args.preset, args.config))

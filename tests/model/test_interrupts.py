@@ -1,0 +1,95 @@
+"""Stopping `toolgrpo run` as a person does: Ctrl-C in its terminal (SIGINT to the whole process
+group) or `kill -9` of the command. One line and exit 130, within seconds; no process left
+behind; the flow run ends Crashed — at once on Ctrl-C, by the next command after a `kill -9`."""
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+TOOLGRPO = Path(sys.executable).parent / "toolgrpo"
+GRPO_STEP = re.compile(r"grpo step (\d+)/")
+
+
+def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, dict[str, str]]:
+    """`toolgrpo run --preset smoke` with GRPO long enough to interrupt, in a process group of
+    its own with SIGINT as a terminal leaves it, and a PREFECT_HOME of its own."""
+    home = tmp_path / "prefect-home"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = tmp_path / "run.log"
+    command = [str(TOOLGRPO), "run", "--preset", "smoke", "--set", "grpo.max_steps=60"]
+    process = subprocess.Popen(
+        [*command, "--out", str(tmp_path / "runs")],
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        process_group=0,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 600
+    while not any(int(step) >= 2 for step in GRPO_STEP.findall(log.read_text())):
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.5)
+    return process, log, env
+
+
+def _processes_of(path: Path) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if proc.name.isdigit() and str(path) in command and int(proc.name) != os.getpid():
+            found.append(command)
+    return found
+
+
+def _flow_run_states(home: Path) -> list[str]:
+    with sqlite3.connect(home / "prefect.db") as db:
+        return [state for (state,) in db.execute("select state_type from flow_run")]
+
+
+def test_ctrl_c_during_grpo_stops_in_seconds_with_one_line_and_leaves_nothing(tmp_path):
+    process, log, env = _start_run(tmp_path)
+    stopped = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    assert time.monotonic() - stopped < 20
+    output = log.read_text()
+    assert output.strip().splitlines()[-1] == "toolgrpo: interrupted (Ctrl-C); stopped"
+    assert "Traceback" not in output
+    time.sleep(2)
+    assert _processes_of(tmp_path) == []
+    assert _flow_run_states(Path(env["PREFECT_HOME"])) == ["CRASHED"]
+
+
+def test_kill_9_leaves_no_process_and_the_next_command_marks_the_run_crashed(tmp_path):
+    process, _, env = _start_run(tmp_path)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 15
+    while _processes_of(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_of(tmp_path) == []  # the trainer and the temporary server ended with it
+    home = Path(env["PREFECT_HOME"])
+    assert _flow_run_states(home) == ["RUNNING"]
+    rows = Path(__file__).resolve().parents[2] / "data" / "train" / "single_step.jsonl"
+    validate = subprocess.run(
+        [str(TOOLGRPO), "validate", str(rows), "--out", str(tmp_path / "reports")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert validate.returncode == 0
+    assert "was left Running by a process that died: now Crashed" in validate.stderr
+    assert sorted(_flow_run_states(home)) == ["COMPLETED", "CRASHED"]
