@@ -44,3 +44,27 @@ def truncated_gemma(gemma_base, tmp_path_factory):
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(gemma_base).save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def small_gemma(truncated_gemma, tmp_path_factory):
+    """`truncated_gemma` with its vocabulary cut to the shipped training rows' tokens: a base of
+    the real architecture and turn template whose every stage runs in seconds."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolgrpo.training.chat import chat_prompt
+    from toolgrpo.training.overrides import load_preset
+    from toolgrpo.training.samples import grpo_rows
+    from toolgrpo.training.vocabulary import cut_vocabulary
+
+    tokenizer = AutoTokenizer.from_pretrained(truncated_gemma)
+    model = AutoModelForCausalLM.from_pretrained(truncated_gemma)
+    texts = [
+        chat_prompt(tokenizer, row["prompt"]) + row["solution"]
+        for row in grpo_rows(load_preset("smoke"))
+    ]
+    tokenizer, model, _ = cut_vocabulary(tokenizer, model, texts, common_tokens=1000)
+    out = tmp_path_factory.mktemp("gemma-2-layers-cut")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,7 +1,8 @@
 """The gpu preset's whole path on whatever this machine has: a local base model (Gemma 3 270M,
-truncated to two layers) → SFT with LoRA → GRPO with LoRA → merged save → evaluation of the
-merged model, through the retrain flow, with device and precision following the machine (CUDA in
-bf16; else the CPU, in bf16 where it computes it natively, otherwise float32)."""
+truncated to two layers, its vocabulary cut to the rows') → SFT with LoRA → GRPO with LoRA →
+merged save → evaluation of the merged model, through the retrain flow, with device and
+precision following the machine (CUDA in bf16; else the CPU, in bf16 where it computes it
+natively, otherwise float32)."""
 
 import pytest
 import torch
@@ -28,8 +29,8 @@ SMALL = {
 
 
 @pytest.fixture(scope="module")
-def base_dir(truncated_gemma):
-    return truncated_gemma
+def base_dir(small_gemma):
+    return small_gemma
 
 
 @pytest.fixture(scope="module")
