@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel
@@ -223,6 +224,26 @@ def load_model(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return tokenizer, model
+
+
+class TiedWeightsResume:
+    """A trainer mixin: resuming from a checkpoint says nothing of the tied output head.
+
+    A checkpoint stores a tied LM head once, as the embedding, so loading it reports
+    `lm_head.weight` missing on every resume; transformers re-ties it only for models that list
+    their tied keys as not saved. Missing keys that are tied to a loaded one are re-tied quietly;
+    any other missing key is still reported."""
+
+    model: PreTrainedModel
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        tied = getattr(self.model, "all_tied_weights_keys", None) or {}
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+        super()._issue_warnings_after_load(  # type: ignore[misc]
+            load_result._replace(missing_keys=missing)
+        )
 
 
 def lora_config(lora: LoraSection) -> LoraConfig | None:

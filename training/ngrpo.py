@@ -25,6 +25,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd
 
 from toolgrpo.training.config import Scope, ZeroStdOn
+from toolgrpo.training.model import TiedWeightsResume
 from toolgrpo.training.rewards import tool_reward
 
 logger = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ class _GroupCounts:
         )
 
 
-class NGRPOTrainer(GRPOTrainer):
+class NGRPOTrainer(TiedWeightsResume, GRPOTrainer):
     """`GRPOTrainer` whose advantages are NGRPO-calibrated; logs zero-std and calibration stats.
 
     TRL computes advantages inline in `_generate_and_score_completions`. This trainer keeps that

@@ -24,6 +24,7 @@ from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, MetricsFileCallback
 from toolgrpo.training.model import (
     FRAME_PIECES,
+    TiedWeightsResume,
     build_tiny,
     load_model,
     lora_config,
@@ -62,7 +63,7 @@ class AuxFirstSampler(BatchRebalanceSampler):
             yield from self._yield_global_batch(batch)
 
 
-class SFTTrainerSeeded(SFTTrainer):
+class SFTTrainerSeeded(TiedWeightsResume, SFTTrainer):
     """TRL's SFT trainer whose `batch_rebalance` sampler shuffles with the run's data seed:
     transformers builds that sampler with a fixed seed (42), so every seed would see the rows in
     one order. With `aux_first_rows`, the first epoch reads that many last rows first

@@ -169,3 +169,29 @@ def test_the_system_prompt_names_the_catalogues_assistant_and_tools():
     values = {k: v for k, v in smart_home.catalogue_values().items() if k != "assistant"}
     unnamed = Catalogue.model_validate(values)
     assert system_prompt(unnamed).startswith("You are an assistant.")
+
+
+def test_a_resume_says_nothing_of_the_tied_head_and_still_reports_other_missing_keys(
+    tiny, monkeypatch
+):
+    from transformers import Trainer
+    from transformers import trainer as trainer_module
+
+    from toolgrpo.training.model import TiedWeightsResume
+
+    class Resuming(TiedWeightsResume, Trainer):
+        def __init__(self, model: PreTrainedModel) -> None:  # only what the check reads
+            self.model = model
+
+    warned: list[str] = []
+    monkeypatch.setattr(trainer_module.logger, "warning", warned.append)
+    model = tiny[1]
+    saved = model.state_dict()  # as safetensors stores a tied head: once, as the embedding
+    del saved["lm_head.weight"]
+    Resuming(model)._issue_warnings_after_load(model.load_state_dict(saved, strict=False))
+    assert warned == []
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+    del saved["model.norm.weight"]
+    Resuming(model)._issue_warnings_after_load(model.load_state_dict(saved, strict=False))
+    assert len(warned) == 1 and "model.norm.weight" in warned[0] and "lm_head" not in warned[0]
