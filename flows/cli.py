@@ -17,6 +17,7 @@ from toolgrpo.flows.prefect_api import (
     TemporaryServerFailed,
     hide_tracebacks_on_console,
     prefect_api_problem,
+    prefect_home_problem,
     quiet_console,
     temporary_server_starting,
     without_heartbeats,
@@ -42,6 +43,13 @@ def say(text: str, error: bool = False) -> None:
     print(visible(text, keep="\n"), file=sys.stderr if error else sys.stdout)
 
 
+def path_problem(error: OSError) -> str:
+    """A failed read or write in one line: `PATH: Read-only file system`."""
+    if error.filename is None:
+        return str(error)
+    return f"{error.filename}: {error.strerror or error}"
+
+
 def write_problem(error: OSError) -> str:
     """A failed write in one line: `cannot write PATH: No space left on device` (our own
     `WriteFailed` says it so already)."""
@@ -49,7 +57,7 @@ def write_problem(error: OSError) -> str:
 
     if isinstance(error, WriteFailed) or error.filename is None:
         return str(error)
-    return f"cannot write {error.filename}: {error.strerror or error}"
+    return f"cannot write {path_problem(error)}"
 
 
 def unusable_files(paths: Sequence[Path | None]) -> str | None:
@@ -95,7 +103,7 @@ def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
     try:
         written = write_dataset(dataset, out)
     except OSError as error:
-        print(f"cannot write the dataset under {out}: {error}", file=sys.stderr)
+        say(f"toolgrpo data generate: {write_problem(error)}", error=True)
         return 2
     for path in written:
         rows = dataset.rows_by_file().get(path.relative_to(out).as_posix())
@@ -331,7 +339,7 @@ def validate(
     except DataGateFailed as failed:
         report = failed.report
     except OSError as error:  # the report cannot be written
-        say(f"toolgrpo validate: {error}", error=True)
+        say(f"toolgrpo validate: {write_problem(error)}", error=True)
         return 2
     for failure in report.failures:
         say(str(failure))
@@ -388,7 +396,10 @@ def evaluate(
         for unreadable in error.problems:
             say(str(unreadable), error=True)
         return 2
-    except (ValidationError, EvaluationError, PredictionsError, OSError) as error:
+    except OSError as error:
+        say(f"toolgrpo evaluate: {path_problem(error)}", error=True)
+        return 2
+    except (ValidationError, EvaluationError, PredictionsError) as error:
         say(f"toolgrpo evaluate: {error}", error=True)
         return 2
     say(metrics_markdown(report.metrics))
@@ -427,7 +438,10 @@ def mine(
         from toolgrpo.schemas.predictions import PredictionsError
     try:
         report, out_dir = mine_predictions(predictions, audit, out, catalogue)
-    except (OSError, pl.exceptions.PolarsError, PredictionsError) as error:
+    except OSError as error:
+        say(f"toolgrpo mine: {path_problem(error)}", error=True)
+        return 2
+    except (pl.exceptions.PolarsError, PredictionsError) as error:
         say(f"toolgrpo mine: {error}", error=True)
         return 2
     say(findings_markdown(report))
@@ -472,7 +486,7 @@ def apply_review(
         )
         return 1
     except OSError as error:
-        say(f"toolgrpo mine apply-review: {error}", error=True)
+        say(f"toolgrpo mine apply-review: {write_problem(error)}", error=True)
         return 2
     return 0
 
@@ -699,6 +713,9 @@ def main(tokens: Sequence[str] | None = None) -> None:
             if problem := prefect_api_problem():
                 say(f"toolgrpo: {problem}", error=True)
                 sys.exit(2)
+            if problem := prefect_home_problem():
+                say(f"toolgrpo: {problem}", error=True)
+                sys.exit(1)
             if command is not serve:
                 hide_tracebacks_on_console()
         status = command(*bound.args, **bound.kwargs)
@@ -708,6 +725,9 @@ def main(tokens: Sequence[str] | None = None) -> None:
     except TemporaryServerFailed as error:
         say(f"toolgrpo: {error}", error=True)
         sys.exit(2)
+    except OSError as error:  # a write no command foresaw: a full disk, a read-only folder
+        say(f"toolgrpo: {write_problem(error)}", error=True)
+        sys.exit(1)
     except BaseException as error:
         if not _stopped_by_sigterm(error):
             raise

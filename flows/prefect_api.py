@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, NamedTuple
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 # The temporary Prefect server can take longer than the 20 s default on a busy 2-core box.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Said once, as one line, by `prefect_home_problem` (Prefect warns at import, with its source).
+warnings.filterwarnings("ignore", "Failed to create the Prefect home directory", UserWarning)
 
 # A Prefect API that answers does so in milliseconds; one that does not costs every flow call
 # Prefect's retries (~15 s) and three chained tracebacks, so each command asks it first.
@@ -81,6 +84,30 @@ def temporary_api() -> FastAPI:
 
     end_with_parent()
     return create_app(ephemeral=True, final=True)
+
+
+def prefect_home_problem() -> str | None:
+    """Why a temporary server could not keep its database in PREFECT_HOME (a read-only or full
+    disk, no permission), or None: also when an API is configured, which needs no local one."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url or not settings.server.ephemeral.enabled:
+        return None
+    home = settings.home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=home) as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as error:
+        return (
+            f"cannot write PREFECT_HOME {home}: {error.strerror or error} (the temporary Prefect "
+            "server keeps its database there: set PREFECT_HOME to a writable folder, or "
+            "PREFECT_API_URL to a running server)"
+        )
+    return None
 
 
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception): ")
