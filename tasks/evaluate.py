@@ -11,11 +11,9 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from uuid import UUID
 
 import polars as pl
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
@@ -26,7 +24,7 @@ from toolgrpo.reporting.evaluation import metrics_markdown, metrics_tables
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.files import replace_file, write_text_file
-from toolgrpo.tasks.progress import update_progress
+from toolgrpo.tasks.progress import ProgressArtifact
 from toolgrpo.training.metrics import progress_line
 
 # At most one progress line this often (and always the last batch).
@@ -92,16 +90,14 @@ def _progress_reporter(label: str) -> Callable[[int, int], None]:
     `PROGRESS_INTERVAL_S` and at the end, and follow the same in a progress artifact."""
     logger = get_run_logger()
     key = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
-    artifact_id: UUID = create_progress_artifact(  # type: ignore[assignment]  # sync call
-        progress=0.0, key=f"{key}-progress", description=f"{label}: rows decoded"
-    )
+    artifact = ProgressArtifact(f"{key}-progress", f"{label}: rows decoded")
     started = time.monotonic()
     last_line = started - PROGRESS_INTERVAL_S
 
     def report(done: int, total: int) -> None:
         nonlocal last_line
         now = time.monotonic()
-        update_progress(artifact_id, 100.0 * done / total, f"{label}: {done}/{total} rows")
+        artifact.update(100.0 * done / total, f"{label}: {done}/{total} rows")
         if now - last_line >= PROGRESS_INTERVAL_S or done == total:
             logger.info("%s", progress_line(label, done, total, (now - started) / done, unit="row"))
             last_line = now

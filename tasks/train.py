@@ -31,17 +31,15 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import IO, Literal
-from uuid import UUID
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from pydantic import BaseModel
 
 from toolgrpo import training
 from toolgrpo.schemas.files import write_text_file
-from toolgrpo.tasks.progress import update_progress
+from toolgrpo.tasks.progress import ProgressArtifact
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
     ConfigError,
@@ -298,9 +296,7 @@ def train_stage(
     command = stage_command(stage, run_dir, config.for_stage(stage), init_dir)
     logger.info("starting %s: %s", stage, " ".join(command))
 
-    artifact_id: UUID = create_progress_artifact(  # type: ignore[assignment]  # sync call
-        progress=0.0, key=f"train-{stage}-progress", description=f"{stage} steps"
-    )
+    progress = ProgressArtifact(f"train-{stage}-progress", f"{stage} steps")
     started = time.monotonic()
     deadline = started + timeout_s
     tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -334,9 +330,7 @@ def train_stage(
             if now >= next_progress:
                 step, max_steps = _progress(metrics_path)
                 if max_steps:
-                    update_progress(
-                        artifact_id, 100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}"
-                    )
+                    progress.update(100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}")
                 next_progress = now + PROGRESS_INTERVAL_S
             if now >= deadline:
                 timed_out = True
@@ -369,7 +363,7 @@ def train_stage(
             returncode=process.returncode,
         )
     step, max_steps = _progress(metrics_path)
-    update_progress(artifact_id, 100.0, f"{stage}: done, {step}/{max_steps} steps")
+    progress.update(100.0, f"{stage}: done, {step}/{max_steps} steps")
     return StageResult(
         stage=stage,
         model_dir=stage_dir / "model",

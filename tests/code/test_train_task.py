@@ -160,15 +160,36 @@ def test_a_failure_message_leads_with_the_last_line_that_says_why():
     assert _cause(deque(["sft step 1/2 · loss 0.3"])) == ""
 
 
-def test_progress_update_failure_only_warns(prefect_harness, monkeypatch):
-    def timed_out(*args, **kwargs):
+def test_an_unreachable_api_neither_holds_up_nor_fails_the_work_and_is_said_once(
+    prefect_harness, monkeypatch, caplog
+):
+    calls: list[float] = []
+
+    def unreachable(*args, **kwargs):  # as the client's retries wait out a server gone away
+        calls.append(time.monotonic())
+        time.sleep(0.5)
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(progress_module, "update_progress_artifact", timed_out)
+    monkeypatch.setattr(progress_module, "create_progress_artifact", unreachable)
+    monkeypatch.setattr(progress_module, "update_progress_artifact", unreachable)
+
+    @task
+    def train_steps() -> float:
+        started = time.monotonic()
+        artifact = progress_module.ProgressArtifact("train-sft-progress", "sft steps")
+        for step in range(1, 101):
+            artifact.update(step, f"sft: step {step}/100")
+        held_up = time.monotonic() - started
+        time.sleep(1.6)  # the sends still waiting are tried
+        return held_up
 
     @flow
-    def report_progress() -> str:
-        task(progress_module.update_progress)(None, 50.0, "sft: step 1/2")
-        return "trained on"
+    def retrain() -> float:
+        return train_steps()
 
-    assert report_progress() == "trained on"
+    assert retrain() < 0.2
+    assert 2 <= len(calls) <= 4  # the newest update replaces the waiting ones
+    said = [
+        r.getMessage() for r in caplog.records if "not sent to the Prefect API" in r.getMessage()
+    ]
+    assert len(said) == 1 and "timed out" in said[0]
