@@ -234,7 +234,7 @@ class TiedWeightsResume:
     their tied keys as not saved. Missing keys that are tied to a loaded one are re-tied quietly;
     any other missing key is still reported."""
 
-    model: PreTrainedModel
+    model: Any  # the Trainer's (a PreTrainedModel, a PEFT wrapper, or None before init)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         tied = getattr(self.model, "all_tied_weights_keys", None) or {}
