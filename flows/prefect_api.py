@@ -255,24 +255,10 @@ def record_process(flow: object, flow_run: FlowRun, state: object) -> None:
     process died from one still running (`crash_runs_of_dead_processes`)."""
     from prefect import get_client
 
+    from toolgrpo.training.orphans import this_process
+
     with get_client(sync_client=True) as client:
-        client.update_flow_run(
-            flow_run.id, infrastructure_pid=f"{socket.gethostname()}:{os.getpid()}"
-        )
-
-
-def _process_gone(infrastructure_pid: str | None) -> bool:
-    """Whether `host:pid` names a process of this host that no longer runs."""
-    host, _, pid = (infrastructure_pid or "").rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+        client.update_flow_run(flow_run.id, infrastructure_pid=this_process())
 
 
 def crash_runs_of_dead_processes() -> list[str]:
@@ -289,13 +275,15 @@ def crash_runs_of_dead_processes() -> list[str]:
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
 
+    from toolgrpo.training.orphans import process_gone
+
     running = FlowRunFilter(
         state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))
     )
     crashed = []
     with get_client(sync_client=True) as client:
         for run in client.read_flow_runs(flow_run_filter=running):
-            if _process_gone(run.infrastructure_pid):
+            if process_gone(run.infrastructure_pid):
                 message = (
                     f"its process ({run.infrastructure_pid}) died without ending it; marked by "
                     "the next toolgrpo command"

@@ -14,7 +14,6 @@ from typing import Annotated, Literal
 
 import polars as pl
 from prefect import flow, get_run_logger
-from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.runtime import flow_run
 from pydantic import Field
 
@@ -28,6 +27,7 @@ from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE, load_catalogue
 from toolgrpo.schemas.files import replace_file
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.tasks.audit import MIN_AUDIT_FOLDS, cross_fitted_audit
+from toolgrpo.tasks.cache_locks import training_cache, training_locks
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
@@ -65,11 +65,16 @@ def cached_stage(
     init_dir: Path | None = None,
 ) -> StageResult:
     """`train_stage`, reused when the same key (data + config) trained before and its model is
-    still on disk, and resumed from the checkpoint of an unfinished run with the same key."""
-    cached = train_stage.with_options(
-        cache_policy=CacheKeyFnPolicy(cache_key_fn=lambda *_: f"{stage}-{key}"),
-        persist_result=True,
-    )
+    still on disk, and resumed from the checkpoint of an unfinished run with the same key. While
+    another run trains the same key, this one waits for it and reuses its model."""
+    if holder := training_locks().holder_process(f"{stage}-{key}"):
+        get_run_logger().info(
+            "%s: another run (process %s) is training the same data and config; waiting for "
+            "it to finish, to reuse its model",
+            stage,
+            holder,
+        )
+    cached = train_stage.with_options(cache_policy=training_cache(stage, key), persist_result=True)
     result = cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key)
     if not (result.model_dir / "config.json").is_file():
         result = cached.with_options(refresh_cache=True)(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -32,6 +33,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's process took the pid: ours is gone
         return False
     return True
+
+
+def this_process() -> str:
+    """`host:pid`, as Prefect's runners write a flow run's `infrastructure_pid`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def process_gone(host_pid: str | None) -> bool:
+    """Whether `host:pid` (`this_process()` of some process) names a process of this host that
+    no longer runs; False for another host's, which cannot be told from here."""
+    host, _, pid = (host_pid or "").rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
 
 
 def end_with_parent() -> None:

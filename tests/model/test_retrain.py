@@ -1,6 +1,9 @@
 """The main job end to end on the smoke preset: gate, train, evaluate, mine, report, cache."""
 
 import json
+import socket
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -9,7 +12,9 @@ from prefect import get_client
 from transformers import AutoModelForCausalLM
 
 from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, RetrainOverrides, retrain
+from toolgrpo.tasks.cache_locks import ProcessFileLocks
 from toolgrpo.tasks.runs import files_hash
+from toolgrpo.training.orphans import this_process
 from toolgrpo.training.overrides import load_preset
 from toolgrpo.validation.gate import DataGateFailed
 
@@ -135,3 +140,33 @@ def test_a_run_without_training_files_gates_the_presets(prefect_harness, tmp_pat
     expected = [*cpu.training_files(), *cpu.train_aux, bad_eval]
     assert failed.value.report.files == [str(path) for path in expected]
     assert "aux/walked/multistep.jsonl" in str(cpu.train_multistep)
+
+
+def test_two_runs_of_the_same_data_and_config_at_once_train_once(prefect_harness, tmp_path):
+    seed = RetrainOverrides.from_dotted({"seed": 7})  # a cache entry of its own
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(
+                retrain, preset="smoke", config=seed, out=tmp_path / name, audit_training_rows=False
+            )
+            for name in ("first", "second")
+        ]
+        summaries = [run.result() for run in runs]
+    trained = [summary for summary in summaries if summary.retrained]
+    assert len(trained) == 1  # the other waited for it, then reused its models
+    assert summaries[0].models == summaries[1].models
+    assert sum((summary.run_dir / "sft").exists() for summary in summaries) == 1
+
+
+def test_a_lock_left_by_a_dead_process_is_free(tmp_path):
+    locks = ProcessFileLocks(tmp_path)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead = f"{socket.gethostname()}:{ended.pid}"
+    (tmp_path / "sft-key.lock").write_text(
+        json.dumps({"holder": "a", "expiration": None, "process": dead})
+    )
+    assert locks.holder_process("sft-key") is None
+    assert not (tmp_path / "sft-key.lock").exists()
+    assert locks.acquire_lock("sft-key", holder="b", acquire_timeout=1)
+    assert locks.holder_process("sft-key") == this_process()
