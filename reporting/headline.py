@@ -36,18 +36,35 @@ def file_rows(accuracy: dict[str, Headline]) -> list[dict[str, str]]:
     return rows
 
 
+def training_verdict(summary: RunSummary) -> str:
+    """`trained`, `resumed` (a stage went on from an interrupted run's checkpoint) or `cached
+    models reused`."""
+    if not summary.retrained:
+        return "cached models reused"
+    resumed = any(stage.resumed_from_step for stage in summary.training.values())
+    return "resumed an interrupted training" if resumed else "trained on this run's data"
+
+
+def training_lines(summary: RunSummary) -> str:
+    """One line per training stage: what it did in this run."""
+    return "\n".join(
+        f"- {markdown_text(name)}: {stage.line()}" for name, stage in summary.training.items()
+    )
+
+
 def headline_markdown(summary: RunSummary, report_link: str) -> str:
     """The headline artifact: the per-file table, goals, zero-std line, and a link to the full
     report (`report_link`, a URL the UI opens)."""
     after = summary.accuracy[list(summary.accuracy)[-1]]
     goals = goal_lines(summary.preset, after, sum(summary.wall_s.values()))
     met = sum(line.startswith("✅") for line in goals)
-    trained = "trained on this run's data" if summary.retrained else "cached models reused"
     verdict = f"{met} of {len(goals)} goals met, " if goals else ""
-    parts = [f"## Retrain `{summary.preset}`: {verdict}{trained}"]
+    parts = [f"## Retrain `{summary.preset}`: {verdict}{training_verdict(summary)}"]
     note = preset_note(summary.preset)
     if note:
         parts.append(f"> {note}")
+    if summary.retrained and summary.training:
+        parts.append(training_lines(summary))
     parts.append(markdown_table(file_rows(summary.accuracy)))
     if goals:
         parts.append(f"Goals of the `{summary.preset}` preset, after GRPO:")

@@ -82,6 +82,32 @@ class ZeroStdGroups(BaseModel):
         return f"Zero std: {self.zero}/{self.total} ({share:.1f}%)"
 
 
+class StageTraining(BaseModel):
+    """What a training stage did in this run: trained (from the start, or resumed from a
+    checkpoint an interrupted run left) or reused the model of an earlier run."""
+
+    trained_here: bool = Field(
+        description="False when an earlier run's model for the same data and config was reused"
+    )
+    steps: int = Field(description="the stage's last step")
+    resumed_from_step: int = Field(
+        0, description="the checkpoint this run went on from; 0: it trained from the start"
+    )
+    wall_s: float = Field(description="seconds this run spent training the stage; 0 if reused")
+
+    def line(self) -> str:
+        """`resumed from checkpoint 20: trained steps 21-150 in 342 s`."""
+        if not self.trained_here:
+            return "reused an earlier run's model (data and config unchanged)"
+        if self.resumed_from_step:
+            first = self.resumed_from_step + 1
+            return (
+                f"resumed from checkpoint {self.resumed_from_step}: trained steps "
+                f"{first}-{self.steps} in {self.wall_s:.0f} s"
+            )
+        return f"trained {self.steps} steps in {self.wall_s:.0f} s"
+
+
 class RunSummary(BaseModel):
     """summary.json: what automation reads after a run."""
 
@@ -90,7 +116,13 @@ class RunSummary(BaseModel):
     data_hash: str
     config_hash: str
     rows: dict[str, int] = Field(description="validated rows per data file")
-    retrained: bool = Field(description="False when data and config were unchanged (cache hit)")
+    retrained: bool = Field(
+        description="True when a stage trained in this run (from the start or resumed); False "
+        "when every model was an earlier run's, reused for unchanged data and config"
+    )
+    training: dict[str, StageTraining] = Field(
+        default_factory=dict, description="stage → what it did in this run"
+    )
     models: dict[str, Path] = Field(description="stage → model directory")
     accuracy: dict[str, Headline] = Field(description="stage → tool accuracy after that stage")
     zero_std: ZeroStdGroups

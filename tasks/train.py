@@ -39,6 +39,7 @@ from pydantic import BaseModel
 
 from toolgrpo import training
 from toolgrpo.schemas.files import write_text_file
+from toolgrpo.schemas.run import StageTraining
 from toolgrpo.tasks.progress import ProgressArtifact
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
@@ -107,6 +108,17 @@ class StageResult(BaseModel):
     max_steps: int
     resumed_from_step: int
     wall_s: float
+
+    def in_run(self, run_dir: Path) -> StageTraining:
+        """What this stage did in the run of `run_dir`: a result of another run's folder is a
+        cached model reused here."""
+        here = self.model_dir.is_relative_to(run_dir)
+        return StageTraining(
+            trained_here=here,
+            steps=self.steps,
+            resumed_from_step=self.resumed_from_step if here else 0,
+            wall_s=self.wall_s if here else 0.0,
+        )
 
 
 def free_port() -> int:

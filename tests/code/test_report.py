@@ -13,7 +13,7 @@ from toolgrpo.evaluation.predict import evaluation_rows
 from toolgrpo.mining.report import mine_errors
 from toolgrpo.reporting.headline import headline_markdown
 from toolgrpo.reporting.run_report import before_after_rows, report_html, report_markdown
-from toolgrpo.schemas.run import Headline, RunSummary, ZeroStdGroups
+from toolgrpo.schemas.run import Headline, RunSummary, StageTraining, ZeroStdGroups
 from toolgrpo.tasks.train import fingerprint, training_code
 from toolgrpo.training.overrides import load_preset
 
@@ -116,6 +116,18 @@ def _summary(preset: str, wall_s: float = 300.0) -> RunSummary:
         flagged_label_conflict=[],
         wall_s={"sft": wall_s},
     )
+
+
+def test_a_resumed_runs_headline_says_what_each_stage_did():
+    training = {
+        "sft": StageTraining(trained_here=False, steps=12, wall_s=0.0),
+        "grpo": StageTraining(trained_here=True, steps=150, resumed_from_step=20, wall_s=342.4),
+    }
+    summary = _summary("cpu").model_copy(update={"training": training})
+    markdown = headline_markdown(summary, "/report")
+    assert markdown.splitlines()[0].endswith("resumed an interrupted training")
+    assert "- grpo: resumed from checkpoint 20: trained steps 21-150 in 342 s" in markdown
+    assert "- sft: reused an earlier run's model (data and config unchanged)" in markdown
 
 
 def test_headline_lists_each_eval_file_with_n_and_the_change():

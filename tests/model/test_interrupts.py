@@ -2,6 +2,7 @@
 group) or `kill -9` of the command. One line and exit 130, within seconds; no process left
 behind; the flow run ends Crashed — at once on Ctrl-C, by the next command after a `kill -9`."""
 
+import json
 import os
 import re
 import signal
@@ -18,16 +19,20 @@ TOOLGRPO = Path(sys.executable).parent / "toolgrpo"
 GRPO_STEP = re.compile(r"grpo step (\d+)/")
 
 
-def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, dict[str, str]]:
+COMMAND = [str(TOOLGRPO), "run", "--preset", "smoke", "--set", "grpo.max_steps=60"]
+
+
+def _start_run(
+    tmp_path: Path, until_step: int = 2
+) -> tuple[subprocess.Popen, Path, dict[str, str]]:
     """`toolgrpo run --preset smoke` with GRPO long enough to interrupt, in a process group of
     its own with SIGINT as a terminal leaves it, and a PREFECT_HOME of its own."""
     home = tmp_path / "prefect-home"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     log = tmp_path / "run.log"
-    command = [str(TOOLGRPO), "run", "--preset", "smoke", "--set", "grpo.max_steps=60"]
     process = subprocess.Popen(
-        [*command, "--out", str(tmp_path / "runs")],
+        [*COMMAND, "--out", str(tmp_path / "runs")],
         env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
@@ -35,7 +40,7 @@ def _start_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, dict[str, str]]:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 600
-    while not any(int(step) >= 2 for step in GRPO_STEP.findall(log.read_text())):
+    while not any(int(step) >= until_step for step in GRPO_STEP.findall(log.read_text())):
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
         time.sleep(0.5)
     return process, log, env
@@ -93,3 +98,29 @@ def test_kill_9_leaves_no_process_and_the_next_command_marks_the_run_crashed(tmp
     assert validate.returncode == 0
     assert "was left Running by a process that died: now Crashed" in validate.stderr
     assert sorted(_flow_run_states(home)) == ["COMPLETED", "CRASHED"]
+
+
+def test_a_run_after_ctrl_c_resumes_grpo_and_says_so(tmp_path):
+    process, _, env = _start_run(tmp_path, until_step=6)  # past the checkpoint of step 4
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    again = subprocess.run(
+        [*COMMAND, "--out", str(tmp_path / "runs")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary_path = again.stdout.strip().splitlines()[-1].removeprefix("summary: ")
+    summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
+    sft, grpo = summary["training"]["sft"], summary["training"]["grpo"]
+    assert summary["retrained"] is True
+    assert sft["trained_here"] is False and summary["wall_s"]["sft"] == 0
+    assert grpo["trained_here"] is True and grpo["resumed_from_step"] >= 4
+    assert grpo["steps"] == 60 and summary["wall_s"]["grpo"] > 0
+    assert f"grpo: resumed from checkpoint {grpo['resumed_from_step']}: trained steps" in (
+        again.stdout + again.stderr
+    )
+    headline = (Path(summary_path).parent / "report.md").read_text(encoding="utf-8")
+    assert "grpo resumed from checkpoint" in headline
