@@ -10,7 +10,14 @@ from prefect.runtime import flow_run
 
 from toolgrpo.schemas.catalogue import catalogue_at
 from toolgrpo.tasks.load import load_samples
-from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
+from toolgrpo.tasks.runs import (
+    SHORT_HASH,
+    clear_earlier_attempts,
+    files_hash,
+    new_run_dir,
+    run_name,
+    tag_flow_run,
+)
 from toolgrpo.tasks.validate import (
     DataReport,
     failed_gate,
@@ -39,15 +46,24 @@ def data_quality(
     eval_files: list[Path] | None = None,
     catalogue: Path | None = None,
 ) -> DataReport:
-    """Validate FILES, TRAIN_FILES and EVAL_FILES (JSONL or parquet) against the row contract
-    and the tool catalogue CATALOGUE (default: the shipped data/tools.json); report in a new
-    folder of OUT.
+    """Validate labelled rows against the row contract and the tool catalogue; report in a new
+    folder of `out`.
 
-    The roles matter for leakage: an EVAL_FILES row whose scenario_id or normalised prompt is in
-    a TRAIN_FILES row fails; FILES, of unknown role, only warn when they share rows with another
-    file. Label conflicts are warnings. Once the report is written, any failing row or file ends
-    the run Failed (calling the flow then raises `DataGateFailed` with the report).
+    The roles matter for leakage: an eval row whose scenario_id or normalised prompt is in a
+    training row fails; files of unknown role only warn when they share rows with another file.
+    Label conflicts are warnings. Once the report is written, any failing row or file ends the
+    run Failed (calling the flow then raises `DataGateFailed` with the report).
+
+    Args:
+        files: row files (JSONL or parquet) of no particular role
+        out: each report gets a new folder here (report.md, failures.csv, data_quality.json)
+        overrides: reviewed label decisions applied to the rows (skipped if the file is absent)
+        train_files: training rows: an eval row found in them fails the check
+        eval_files: held-out rows, split from the training rows by scenario
+        catalogue: the tool catalogue (JSON) the rows are checked against; empty: the shipped
+            data/tools.json
     """
+    clear_earlier_attempts()
     train_files, eval_files = train_files or [], eval_files or []
     paths = [*(files or []), *train_files, *eval_files]
     tools = catalogue_at(catalogue)
@@ -60,5 +76,5 @@ def data_quality(
     tag_flow_run(*DATA_QUALITY_TAGS, f"data:{files_hash(paths)[:SHORT_HASH]}")
     checked = checking.result()
     counts = summarise_samples(samples)
-    report = publish_data_report(checked, counts, new_run_dir(out, "data-quality"))
+    report = publish_data_report(checked, counts, new_run_dir(out, "data-quality").resolve())
     return report if report.ok else failed_gate(report)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import yaml
@@ -19,15 +20,17 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.events.actions import SendNotification
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
-from prefect.schedules import Cron, Interval
+from prefect.schedules import Cron
 from prefect.settings import get_current_settings
 
+from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.data_quality import DATA_QUALITY_TAGS, data_quality
 from toolgrpo.flows.retrain import RETRAIN_TAGS, SHIPPED_EVAL_FILES, retrain
 from toolgrpo.training.overrides import load_preset
 
 NIGHTLY_CRON = "0 2 * * *"  # 02:00 every night; unchanged data hits the training cache
-DATA_QUALITY_INTERVAL_S = 3600
+# On the hour, whenever `serve` started (an interval would restart its clock at each start).
+DATA_QUALITY_CRON = "0 * * * *"
 SCHEDULE_TIMEZONE = "UTC"  # what the UI shows beside each schedule, as in prefect.yaml
 RETRAIN_DEPLOYMENT = "nightly-retrain"
 DATA_QUALITY_DEPLOYMENT = "data-quality-hourly"
@@ -56,15 +59,15 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
             entrypoint_type=EntrypointType.MODULE_PATH,
             schedule=Cron(NIGHTLY_CRON, timezone=SCHEDULE_TIMEZONE),
             parameters={"preset": preset, "out": str(out)},
-            description="Gate, train SFT + GRPO/NGRPO, evaluate, mine, report.",
+            description="Gate, train SFT + GRPO/NGRPO, evaluate, mine, report. Unchanged data is not retrained.",
             tags=[*RETRAIN_TAGS, RETRAIN_DEPLOYMENT],  # its name: the failure alert watches it
+            # one retrain at a time: a run started while one trains waits its turn
+            concurrency_limit=1,
         ),
         data_quality.to_deployment(  # type: ignore[list-item]  # sync call: the deployment
             name=DATA_QUALITY_DEPLOYMENT,
             entrypoint_type=EntrypointType.MODULE_PATH,
-            schedule=Interval(
-                timedelta(seconds=DATA_QUALITY_INTERVAL_S), timezone=SCHEDULE_TIMEZONE
-            ),
+            schedule=Cron(DATA_QUALITY_CRON, timezone=SCHEDULE_TIMEZONE),
             parameters={
                 "train_files": [str(p) for p in [*data.training_files(), *data.mixed_in_aux()]],
                 "eval_files": [str(p) for p in SHIPPED_EVAL_FILES],
@@ -74,6 +77,60 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
             tags=[*DATA_QUALITY_TAGS, DATA_QUALITY_DEPLOYMENT],
         ),
     ]
+
+
+PREFECT_YAML_HEADER = """\
+# `prefect deploy --all` registers the two scheduled deployments on a work pool
+# (`prefect work-pool create toolgrpo --type process`, then `prefect worker start --pool toolgrpo`
+# from the repository root). `toolgrpo serve` serves the same two without a work pool.
+# `toolgrpo notify-on-failure --block TYPE/NAME` adds the automation that notifies a person when a
+# run of either fails (flows/notify-on-failure.yaml). Written by `toolgrpo.flows.deployments`
+# (prefect_yaml_text) from the deployments `serve` serves: edit the code, not this file.
+"""
+
+
+def prefect_yaml_text(preset: str = "cpu", out: Path = Path("runs")) -> str:
+    """prefect.yaml: the deployments of `deployments()` for a process work pool started in the
+    repository root, their files relative to it (a test keeps the file up to date)."""
+    root = DATA_DIR.parent
+
+    def relative(value: Any) -> Any:
+        if isinstance(value, list):
+            return [relative(item) for item in value]
+        if isinstance(value, str) and Path(value).is_absolute():
+            return Path(value).relative_to(root).as_posix()
+        return value
+
+    specs = []
+    for deployment in deployments(preset, out):
+        module, _, function = (deployment.entrypoint or "").rpartition(".")
+        path = module.removeprefix("toolgrpo.").replace(".", "/")
+        specs.append(
+            {
+                "name": deployment.name,
+                "description": deployment.description,
+                "entrypoint": f"{path}.py:{function}",
+                "tags": deployment.tags,
+                "concurrency_limit": deployment.concurrency_limit,
+                "schedules": [
+                    {"cron": schedule.schedule.cron, "timezone": schedule.schedule.timezone}  # type: ignore[union-attr]
+                    for schedule in deployment.schedules or []
+                ],
+                "parameters": {name: relative(v) for name, v in deployment.parameters.items()},
+                "work_pool": {"name": "toolgrpo", "job_variables": {}},
+            }
+        )
+    spec = {
+        "name": "toolgrpo",
+        "build": None,
+        "push": None,
+        "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $PWD }}"}}],
+        "deployments": [
+            {key: value for key, value in deployment.items() if value is not None}
+            for deployment in specs
+        ],
+    }
+    return PREFECT_YAML_HEADER + yaml.safe_dump(spec, sort_keys=False, width=100)
 
 
 def serve_deployments(preset: str = "cpu", out: Path = Path("runs")) -> None:

@@ -31,11 +31,19 @@ from toolgrpo.tasks.cache_locks import training_cache, training_locks
 from toolgrpo.tasks.evaluate import EvalReport, evaluate_model
 from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
-from toolgrpo.tasks.runs import SHORT_HASH, files_hash, new_run_dir, run_name, tag_flow_run
+from toolgrpo.tasks.runs import (
+    SHORT_HASH,
+    clear_earlier_attempts,
+    failed_run,
+    files_hash,
+    new_run_dir,
+    run_name,
+    tag_flow_run,
+)
 from toolgrpo.tasks.train import StageResult, fingerprint, train_stage
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training import Preset
-from toolgrpo.training.config import TrainConfig
+from toolgrpo.training.config import ConfigError, TrainConfig
 from toolgrpo.training.metrics import read_metrics
 from toolgrpo.training.overrides import load_preset
 
@@ -135,8 +143,13 @@ def retrain(
         stage_timeout_s: deadline of each training stage, in seconds
     """
     logger = get_run_logger()
+    tag_flow_run(*RETRAIN_TAGS, f"preset:{preset}")
+    clear_earlier_attempts()
     overrides = config.dotted() if config else {}
-    requested = load_preset(preset, overrides)
+    try:
+        requested = load_preset(preset, overrides)
+    except ConfigError as error:  # a combination of fields the form cannot check alone
+        return failed_run(error)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)
     train_files = train_files or requested.data.training_files()
     own_rows = requested.for_training_files(train_files, aux_given="data.train_aux" in overrides)
     if own_rows is not requested:
@@ -150,7 +163,7 @@ def retrain(
     # with them
     aux = requested.data.mixed_in_aux()
     data_hash = files_hash([*train_files, *aux, *eval_files])
-    tag_flow_run(*RETRAIN_TAGS, f"preset:{preset}", f"data:{data_hash[:SHORT_HASH]}")
+    tag_flow_run(f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(out, f"retrain-{preset}").resolve()
     logger.info("run folder: %s", run_dir)
     wall: dict[str, float] = {}
@@ -174,14 +187,18 @@ def retrain(
 
     sft = cached_stage("sft", key, run_dir, train_config, stage_timeout_s)
     grpo = cached_stage("grpo", key, run_dir, train_config, stage_timeout_s, sft.model_dir)
-    retrained = sft.model_dir.is_relative_to(run_dir)
+    training = {stage.stage: stage.in_run(run_dir) for stage in (sft, grpo)}
+    retrained = any(stage.trained_here for stage in training.values())
     if not retrained:
         logger.info(
             "data and config unchanged (fingerprint %s): reusing %s, nothing retrained",
             key[:12],
             grpo.model_dir,
         )
-    wall["sft"], wall["grpo"] = (sft.wall_s, grpo.wall_s) if retrained else (0.0, 0.0)
+    else:
+        for name, stage in training.items():
+            logger.info("%s: %s", name, stage.line())
+    wall |= {name: stage.wall_s for name, stage in training.items()}
 
     started = time.monotonic()
 
@@ -233,6 +250,7 @@ def retrain(
         config_hash=key,
         rows={name: count for name, count in gate.counts.get("file", {}).items()},
         retrained=retrained,
+        training=training,
         models={"sft": sft.model_dir, "grpo": grpo.model_dir},
         accuracy={"sft": before.metrics.accuracy, "grpo": after.metrics.accuracy},
         zero_std=ZeroStdGroups.from_metrics(grpo_metrics),

@@ -46,3 +46,12 @@ class DataReport(BaseModel):
     def ok(self) -> bool:
         """True when no file, row or override failed a check."""
         return not self.failures
+
+    def rows_line(self) -> str:
+        """`1683 of 1685 rows valid`, and what failed besides rows: a file that could not be read
+        has no rows to count, so its report must not read as every row valid."""
+        line = f"{self.valid_rows} of {self.rows} rows valid"
+        whole = [problem for problem in self.failures if problem.line is None]
+        if whole:
+            line += f"; {len(whole)} file problem(s), first: {whole[0]}"
+        return line

@@ -9,7 +9,6 @@ conflicts.csv and data_quality.json, and publishes the same as Prefect artifacts
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Collection
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import polars as pl
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Failed, State
+from prefect.states import State
 
 from toolgrpo.reporting.data_quality import (
     MAX_LISTED_FAILURES,
@@ -31,6 +30,7 @@ from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.schemas.records import CONTRACT_COLUMNS
 from toolgrpo.tasks.load import load_samples
+from toolgrpo.tasks.runs import failed_run, told_already
 from toolgrpo.validation import gate
 from toolgrpo.validation.ahead import checked_ahead
 from toolgrpo.validation.gate import DataGateFailed
@@ -45,8 +45,6 @@ GATED_FILES = {
 }
 # Problem lines logged to the flow run; the rest are counted (failures.csv has them all).
 MAX_LOGGED_PROBLEMS = 100
-# The loggers through which Prefect's engines log a failed run's exception with its traceback.
-ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 
 
 @task(name="validate samples", task_run_name="validate", cache_policy=NO_CACHE)
@@ -94,36 +92,18 @@ def gate_verdict(report: DataReport) -> None:
     raise DataGateFailed(report)
 
 
-class _ReportedFailure(logging.Filter):
-    """Drops the Prefect engines' records of an exception whose story the run has already told
-    (problem lines, verdict): the task engine logs the verdict task's exception with its
-    traceback, and under a deployment the flow engine logs a failed flow's exception again
-    ("Engine execution exited with unexpected exception"), the last line of the run's log and
-    so the first an on-call engineer reads."""
-
-    def __init__(self, failure: Exception) -> None:
-        super().__init__()
-        self.kind, self.message = type(failure), str(failure)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(error, self.kind) and str(error) == self.message)
-
-
 def failed_gate(report: DataReport) -> State:
     """The Failed state a flow returns when `report` fails: the gate verdict task turns red with
     the problem lines in its log, the flow run gets a verdict artifact that lists the failures
     first, and the run ends red with a one-line message and no traceback; calling the flow
     raises `DataGateFailed` with the report."""
     failure = DataGateFailed(report)
-    for name in ENGINE_LOGGERS:
-        logging.getLogger(name).addFilter(_ReportedFailure(failure))
+    told_already(failure)
     gate_verdict(report, return_state=True)
     create_markdown_artifact(
         key=VERDICT_ARTIFACT, markdown=render_verdict(report), description=str(failure)
     )
-    get_run_logger().error("%s", failure)
-    return Failed(message=str(failure), data=failure)
+    return failed_run(failure)
 
 
 @task(name="publish data report", task_run_name="data report", cache_policy=NO_CACHE)
@@ -160,7 +140,7 @@ def publish_data_report(
     create_markdown_artifact(
         key="data-quality-summary",
         markdown=markdown,
-        description=f"data quality {verdict}: {report.valid_rows} of {report.rows} rows valid",
+        description=f"data quality {verdict}: {report.rows_line()}",
     )
     counts_table = [
         {"dimension": dimension, "value": value, "rows": rows}

@@ -20,7 +20,6 @@ from typing import Annotated, Any, NamedTuple
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -28,7 +27,6 @@ from pydantic import (
     create_model,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.training.config import ConfigError, DataSection, TrainConfig
@@ -37,10 +35,18 @@ PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
 
 class OverridableField(NamedTuple):
-    """One field an override can set: its type annotation and what it does."""
+    """One field an override can set: its type annotation, what it does, and its bounds and the
+    validators that read a value into it (pydantic's field metadata)."""
 
     annotation: Any
     description: str
+    metadata: tuple[Any, ...] = ()
+
+    def as_read(self) -> Any:
+        """The type with its bounds and readers (one file for a list of files): an override is
+        read as the config reads it, and a form built from it refuses what the config would
+        (`grpo.max_steps` -1) before a run starts."""
+        return Annotated[self.annotation, *self.metadata] if self.metadata else self.annotation
 
 
 def overridable_fields() -> dict[str, OverridableField]:
@@ -49,24 +55,21 @@ def overridable_fields() -> dict[str, OverridableField]:
     return {path: field for path, field in _leaves(TrainConfig, "") if path != "preset"}
 
 
-def _fields(cls: type) -> list[tuple[str, Any, str]]:
-    """(name, annotation, description) of each field of a section: a pydantic model or a
-    dataclass such as the reward's points."""
+def _fields(cls: type) -> list[tuple[str, OverridableField]]:
+    """Each field of a section by name: a pydantic model or a dataclass such as the reward's
+    points."""
     if issubclass(cls, BaseModel):
-        return [(n, _as_read(f), f.description or "") for n, f in cls.model_fields.items()]
+        return [
+            (name, OverridableField(f.annotation, f.description or "", tuple(f.metadata)))
+            for name, f in cls.model_fields.items()
+        ]
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} is not a config section")
     hints = typing.get_type_hints(cls)
     return [
-        (f.name, hints[f.name], f.metadata.get("description", "")) for f in dataclasses.fields(cls)
+        (f.name, OverridableField(hints[f.name], f.metadata.get("description", "")))
+        for f in dataclasses.fields(cls)
     ]
-
-
-def _as_read(field: FieldInfo) -> Any:
-    """A field's type with the validators that read a value into it (one file for a list of
-    files): an override is read as the config reads it. Its bounds are checked by the config."""
-    readers = [m for m in field.metadata if isinstance(m, BeforeValidator)]
-    return Annotated[field.annotation, *readers] if readers else field.annotation
 
 
 def _is_section(annotation: Any) -> bool:
@@ -77,11 +80,11 @@ def _is_section(annotation: Any) -> bool:
 
 def _leaves(cls: type, prefix: str) -> Iterator[tuple[str, OverridableField]]:
     """The dotted leaf fields of a section, nested sections expanded."""
-    for name, annotation, description in _fields(cls):
-        if _is_section(annotation):
-            yield from _leaves(annotation, f"{prefix}{name}.")
+    for name, field in _fields(cls):
+        if _is_section(field.annotation):
+            yield from _leaves(field.annotation, f"{prefix}{name}.")
         else:
-            yield f"{prefix}{name}", OverridableField(annotation, description)
+            yield f"{prefix}{name}", field
 
 
 # Validation context of `Overrides.from_dotted`: a null there is a value (`--set
@@ -154,21 +157,21 @@ def _overrides_model(cls: type, skip: Collection[str], prefix: str = "") -> type
     """An `Overrides` model with the fields of section `cls` but the dotted paths `skip`, each
     unset by default (null: unset), nested sections as nested models, descriptions kept."""
     definitions: dict[str, Any] = {}
-    for name, annotation, description in _fields(cls):
+    for name, field in _fields(cls):
         path = f"{prefix}{name}"
         if path in skip:
             continue
-        if _is_section(annotation):
-            section = _overrides_model(annotation, skip, f"{path}.")
-            summary = section_summary(annotation)
+        if _is_section(field.annotation):
+            section = _overrides_model(field.annotation, skip, f"{path}.")
+            summary = section_summary(field.annotation)
             definitions[name] = (
                 section | None,
                 Field(None, description=summary, json_schema_extra=form_field_schema),
             )
         else:
             definitions[name] = (
-                annotation | None,
-                Field(None, description=description, json_schema_extra=form_field_schema),
+                field.as_read() | None,
+                Field(None, description=field.description, json_schema_extra=form_field_schema),
             )
     return create_model(
         f"{cls.__name__.removesuffix('Section')}Overrides",
@@ -294,7 +297,13 @@ def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> TrainC
     """The named preset with dotted-path `overrides` applied (`{"grpo.max_steps": 5}`); values
     may be strings (`"5"`), as from a command line, and are validated like the preset's."""
     values = _preset_values(name)
-    return overridden({**values, "preset": name}, overrides or {}, f"preset {name!r}")
+    config = overridden({**values, "preset": name}, overrides or {}, f"preset {name!r}")
+    if "data.train_aux" in (overrides or {}) and not config.data.aux_share:
+        raise ConfigError(
+            f"preset {name!r}: data.train_aux is set but data.aux_share is 0, so none of its rows "
+            "would be mixed in: set data.aux_share too (e.g. 0.3)"
+        )
+    return config
 
 
 def read_config(path: Path | str) -> TrainConfig:

@@ -290,6 +290,11 @@ def test_aux_share_beyond_the_file_repeats_every_exercise(tmp_path):
     assert Counter(exercises) == dict.fromkeys(["x0", "x1", "x2"], config.data.max_train_rows // 3)
 
 
+def test_aux_files_with_no_share_to_draw_are_refused_not_ignored(tmp_path):
+    with pytest.raises(ConfigError, match=r"data.aux_share is 0.*set data.aux_share too"):
+        load_preset("smoke", {"data.train_aux": str(tmp_path / "mine.jsonl")})
+
+
 def test_the_aux_files_are_one_pool_drawn_from_in_order(tmp_path):
     """Several auxiliary files (one path reads as a list of one): SFT draws from their rows as
     one pool, so each file's share of the draw follows its size."""
@@ -299,7 +304,8 @@ def test_the_aux_files_are_one_pool_drawn_from_in_order(tmp_path):
         rows = (f'{{"id": "{name}{i}", "prompt": "p", "solution": "{{}}"}}\n' for i in range(size))
         path.write_text("".join(rows))
         files.append(path)
-    assert load_preset("smoke", {"data.train_aux": str(files[0])}).data.train_aux == files[:1]
+    one = {"data.train_aux": str(files[0]), "data.aux_share": 0.5}
+    assert load_preset("smoke", one).data.train_aux == files[:1]
     config = load_preset("smoke", {"data.train_aux": files, "data.aux_share": 0.5})
     assert config.data.mixed_in_aux() == files
     drawn = Counter(row["id"].rstrip("0123456789") for row in sft_rows(config)[48:])

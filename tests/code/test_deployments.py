@@ -7,19 +7,24 @@ from pathlib import Path
 from uuid import uuid4
 
 import prefect
+import pytest
 import yaml
+from prefect.exceptions import ParameterTypeError
 from prefect.flows import load_flow_from_entrypoint
 from prefect.utilities.callables import parameter_schema_from_entrypoint
+from prefect.utilities.importtools import import_object
 from prefect.utilities.schema_tools import validate
 from prefect.utilities.templating import apply_values
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.deployments import (
     AUTOMATION_FILE,
+    DATA_QUALITY_CRON,
     NIGHTLY_CRON,
     automation_file_text,
     deployments,
     failure_automation,
+    prefect_yaml_text,
 )
 from toolgrpo.flows.retrain import retrain
 from toolgrpo.training.overrides import load_preset
@@ -32,6 +37,31 @@ PREFECT_TEMPLATES = (
     Path(prefect.__file__).parent
     / "server/api/collections_data/views/aggregate-worker-metadata.json"
 )
+
+
+def test_prefect_yaml_is_what_serve_serves():
+    assert (REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8") == prefect_yaml_text(), (
+        "prefect.yaml is out of date: python -c 'from toolgrpo.flows.deployments import *; "
+        'open("prefect.yaml", "w").write(prefect_yaml_text())\''
+    )
+    spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    deployed = {d["name"]: d for d in spec["deployments"]}
+    for served in deployments():
+        declared = deployed[served.name]
+        parameters = load_flow_from_entrypoint(
+            str(REPO_ROOT / declared["entrypoint"])
+        ).validate_parameters(declared["parameters"])
+        in_root = {  # the work pool's worker runs in the repository root
+            name: [REPO_ROOT / p for p in value] if isinstance(value, list) else value
+            for name, value in parameters.items()
+        }
+        flow = import_object(served.entrypoint)
+        assert in_root == flow.validate_parameters(served.parameters), served.name
+        assert declared["tags"] == served.tags
+        assert declared.get("concurrency_limit") == served.concurrency_limit
+        assert [s["cron"] for s in declared["schedules"]] == [
+            s.schedule.cron for s in served.schedules
+        ]
 
 
 def test_prefect_yaml_entrypoints_load_and_accept_their_parameters():
@@ -95,7 +125,8 @@ def test_served_deployments_carry_their_schedules():
     assert {d.schedules[0].schedule.timezone for d in served.values()} == {"UTC"}
     # module paths: the UI shows no path relative to the folder `serve` ran in
     assert served["nightly-retrain"].entrypoint == "toolgrpo.flows.retrain.retrain"
-    assert served["data-quality-hourly"].schedules[0].schedule.interval.total_seconds() == 3600
+    assert served["data-quality-hourly"].schedules[0].schedule.cron == DATA_QUALITY_CRON
+    assert served["nightly-retrain"].concurrency_limit == 1
     parameters = served["data-quality-hourly"].parameters
     # The preset's training files and the rows it mixes in, as its nightly run gates them.
     files = [Path(f).relative_to(DATA_DIR).as_posix() for f in parameters["train_files"]]
@@ -167,6 +198,20 @@ def test_a_custom_run_from_the_form_validates_on_the_server_and_overrides_one_fi
     assert retrain.validate_parameters({"config": {"grpo": {"max_steps": 5}}})[
         "config"
     ].dotted() == {"grpo.max_steps": 5}
+
+
+def test_the_form_refuses_what_the_config_refuses_before_a_run_is_made():
+    (served,) = [d for d in deployments() if d.name == "nightly-retrain"]
+    schema = served._parameter_openapi_schema.model_dump()
+    grpo = schema["definitions"]["GRPOOverrides"]["properties"]
+    assert grpo["max_steps"]["exclusiveMinimum"] == 0  # the UI marks -1 inline
+    lora = schema["definitions"]["LoraOverrides"]["properties"]
+    assert lora["r"]["minimum"] == 0
+    for bad in ({"grpo": {"max_steps": -1}}, {"model": {"lora": {"r": -4}}}):
+        errors = validate({"config": bad}, schema, raise_on_error=False)  # as the server does
+        assert errors, bad
+        with pytest.raises(ParameterTypeError):
+            retrain.validate_parameters({"config": bad})
 
 
 def test_failure_automation_notifies_on_failed_runs_of_both_deployments():
