@@ -157,6 +157,8 @@ def build_base(
     except ValueError as error:  # ConfigError and NotABaseFolder included
         say(f"toolgrpo base build: {error}", error=True)
         return 2
+    with temporary_server_starting():  # one that ends with this command, however it ends
+        pass
     try:
         result = build(out=out, preset=preset, overrides=overrides, runs=runs)
     except StageFailed as error:
@@ -222,6 +224,8 @@ def ablate(
     except ValueError as error:  # AblationError included
         say(f"ablate: {error}", error=True)
         return 2
+    with temporary_server_starting():  # one that ends with this command, however it ends
+        pass
     try:
         report = run_ablation(params)
     except DataGateFailed as error:  # the flow run's log lists the problem lines
@@ -594,14 +598,11 @@ def run(
         from toolgrpo.flows.retrain import retrain
         from toolgrpo.reporting.markdown import markdown_table
         from toolgrpo.reporting.run_report import before_after_rows
-        from toolgrpo.tasks.train import StageFailed
+        from toolgrpo.tasks.train import StageCancelled, StageFailed
         from toolgrpo.validation.gate import DataGateFailed
     try:
         summary = retrain(**parameters)
-    except DataGateFailed as error:  # the flow run's log lists the problem lines
-        say(f"toolgrpo run: {error}", error=True)
-        return 1
-    except StageFailed as error:
+    except (DataGateFailed, StageFailed, StageCancelled) as error:  # the log tells the rest
         say(f"toolgrpo run: {error}", error=True)
         return 1
     except OSError as error:  # the run folder, a report or a copy could not be written

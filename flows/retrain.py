@@ -33,6 +33,7 @@ from toolgrpo.tasks.mine import mine
 from toolgrpo.tasks.report import publish_headline, publish_report
 from toolgrpo.tasks.runs import (
     SHORT_HASH,
+    cancelled_run,
     clear_earlier_attempts,
     failed_run,
     files_hash,
@@ -40,7 +41,7 @@ from toolgrpo.tasks.runs import (
     run_name,
     tag_flow_run,
 )
-from toolgrpo.tasks.train import StageResult, fingerprint, train_stage
+from toolgrpo.tasks.train import StageCancelled, StageResult, fingerprint, train_stage
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training import Preset
 from toolgrpo.training.config import ConfigError, TrainConfig
@@ -185,8 +186,11 @@ def retrain(
     key = fingerprint(list(gated.values()), train_config)
     wall["data gate"] = time.monotonic() - started
 
-    sft = cached_stage("sft", key, run_dir, train_config, stage_timeout_s)
-    grpo = cached_stage("grpo", key, run_dir, train_config, stage_timeout_s, sft.model_dir)
+    try:
+        sft = cached_stage("sft", key, run_dir, train_config, stage_timeout_s)
+        grpo = cached_stage("grpo", key, run_dir, train_config, stage_timeout_s, sft.model_dir)
+    except StageCancelled as stopped:
+        return cancelled_run(stopped)  # type: ignore[return-value]  # Prefect's way, as above
     training = {stage.stage: stage.in_run(run_dir) for stage in (sft, grpo)}
     retrained = any(stage.trained_here for stage in training.values())
     if not retrained:
@@ -220,15 +224,18 @@ def retrain(
     cross_fitted = None
     if audit_folds >= MIN_AUDIT_FOLDS:  # no task run at all when the audit is off
         started = time.monotonic()
-        cross_fitted = cross_fitted_audit(
-            train_rows,
-            [gated["data.train_single_step"], gated["data.train_multistep"]],
-            train_config,
-            key,
-            audit_folds,
-            run_dir / "audit",
-            stage_timeout_s,
-        )
+        try:
+            cross_fitted = cross_fitted_audit(
+                train_rows,
+                [gated["data.train_single_step"], gated["data.train_multistep"]],
+                train_config,
+                key,
+                audit_folds,
+                run_dir / "audit",
+                stage_timeout_s,
+            )
+        except StageCancelled as stopped:
+            return cancelled_run(stopped)  # type: ignore[return-value]  # Prefect's way
         wall["cross-fitted audit"] = time.monotonic() - started
 
     started = time.monotonic()

@@ -14,7 +14,7 @@ from prefect import get_client, get_run_logger
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
-from prefect.states import Failed, State
+from prefect.states import Cancelled, Failed, State
 
 # How a data hash is shown in tags and reports.
 SHORT_HASH = 12
@@ -128,3 +128,12 @@ def failed_run(failure: Exception) -> State:
     told_already(failure)
     get_run_logger().error("%s", failure)
     return Failed(message=str(failure), data=failure)
+
+
+def cancelled_run(stopped: Exception) -> State:
+    """The Cancelled state a flow returns when a person cancelled it while it worked (from the
+    Prefect UI): the run stays Cancelled, with `stopped` (where it stopped, how to go on) as its
+    message, logged once without a traceback."""
+    told_already(stopped)
+    get_run_logger().warning("%s", stopped)
+    return Cancelled(message=str(stopped), data=stopped)

@@ -16,6 +16,7 @@ earlier run left in a sibling run folder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -30,7 +31,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, ClassVar, Literal
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -41,6 +42,7 @@ from toolgrpo import training
 from toolgrpo.schemas.files import write_text_file
 from toolgrpo.schemas.run import StageTraining
 from toolgrpo.tasks.progress import ProgressArtifact
+from toolgrpo.tasks.run_state import FlowRunWatch
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
     ConfigError,
@@ -96,6 +98,11 @@ class StageFailed(RuntimeError):
     def __init__(self, message: str, returncode: int | None) -> None:
         super().__init__(message)
         self.returncode = returncode
+
+
+class StageCancelled(RuntimeError):
+    """The flow run was cancelled (from the Prefect UI) while the stage trained: the trainer was
+    stopped; the message says at which step and how a later run goes on."""
 
 
 class StageResult(BaseModel):
@@ -156,12 +163,39 @@ def _read_into(stream: IO[str], lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
+class Supervised:
+    """The training processes this process supervises now (ablation arms: several, from
+    threads), and whether the command is stopping, after which no stage starts or retries.
+    Class attributes, so that a task pickled for a Dask worker refers to them by name."""
+
+    live: ClassVar[set[subprocess.Popen]] = set()
+    stopping: ClassVar[bool] = False
+
+
+def stop_training_processes() -> None:
+    """Stop every training process this process supervises and start no other, as a command
+    that is interrupted (Ctrl-C, SIGTERM) must: the threads that supervise them then end, and
+    the command with them, instead of waiting on training that goes on."""
+    Supervised.stopping = True
+    for process in list(Supervised.live):
+        _terminate_group(process)
+    for process in list(Supervised.live):
+        _kill_group(process)
+
+
+def _terminate_group(process: subprocess.Popen) -> None:
+    """Ask the child and everything it started (its own session) to stop: SIGTERM."""
+    with contextlib.suppress(ProcessLookupError):
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+
+
 def _kill_group(process: subprocess.Popen) -> None:
     """Stop the child and everything it started (its own session): TERM, then KILL."""
     if process.poll() is not None:
         return
     try:
-        os.killpg(process.pid, signal.SIGTERM)
+        _terminate_group(process)
         process.wait(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
@@ -240,12 +274,15 @@ def _resume_hint(stage_dir: Path, resume_key: str | None) -> str:
 
 
 def _retry_unless_input_error(task, task_run, state) -> bool:
-    """Retry a crash (it resumes from the checkpoint), not a bad config or a timeout."""
+    """Retry a crash (it resumes from the checkpoint), not a bad config, a timeout, a cancel, or
+    anything in a command that is stopping."""
+    if Supervised.stopping:
+        return False
     try:
         state.result()
     except StageFailed as error:
         return error.returncode not in (INPUT_ERROR_STATUS, None)
-    except ConfigError:
+    except (ConfigError, StageCancelled):
         return False
     except Exception:
         return True
@@ -308,7 +345,10 @@ def train_stage(
     command = stage_command(stage, run_dir, config.for_stage(stage), init_dir)
     logger.info("starting %s: %s", stage, " ".join(command))
 
+    if Supervised.stopping:
+        raise StageCancelled(f"{stage}: not started: the command is stopping")
     progress = ProgressArtifact(f"train-{stage}-progress", f"{stage} steps")
+    watch = FlowRunWatch(stage)
     started = time.monotonic()
     deadline = started + timeout_s
     tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -321,6 +361,7 @@ def train_stage(
         start_new_session=True,  # one process group to kill, accelerate's workers included
         env={**os.environ, "PYTHONUNBUFFERED": "1", **tracking, **child_environment()},
     )
+    Supervised.live.add(process)
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_read_into, args=(process.stdout, lines), daemon=True).start()
     timed_out = False
@@ -347,16 +388,26 @@ def train_stage(
             if now >= deadline:
                 timed_out = True
                 break
-        if not timed_out:
+            if watch.stop_requested():
+                break
+        if not timed_out and not watch.stop_requested():
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
         # Also on cancellation or any error here: never leave a training process behind.
         _kill_group(process)
+        Supervised.live.discard(process)
+        watch.close()
 
     wall_s = round(time.monotonic() - started, 1)
     output = "\n".join(tail)
+    if why := watch.stop_requested():
+        step, _ = _progress(metrics_path)
+        raise StageCancelled(
+            f"{stage}: {why}: training stopped at step {step} after {wall_s:.0f} s; "
+            f"{_resume_hint(stage_dir, resume_key)}"
+        )
     if timed_out:
         raise StageFailed(
             f"{stage} stage ran past its {timeout_s:.0f}s deadline and was stopped; "

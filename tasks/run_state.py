@@ -1,0 +1,86 @@
+"""What the Prefect UI asks of a running flow run, seen from the task that supervises training.
+
+A run started by `toolgrpo run` has no runner to stop it when someone clicks Cancel, and a run
+that was Suspended is Cancelled by the server without anyone told (it assumes a suspended run
+holds no process): either way the trainer would run on under a run shown Cancelled. The
+training task therefore reads its flow run's state itself, from a thread of its own so that a
+slow or unreachable API never holds up the stage's log lines or its deadline.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from uuid import UUID
+
+from prefect import get_client, get_run_logger
+from prefect.client.schemas.objects import StateType
+from prefect.context import FlowRunContext
+from prefect.states import Running
+
+WATCH_INTERVAL_S = 2.0
+# The states in which the person at the UI wants the run stopped.
+STOPPING = {StateType.CANCELLING, StateType.CANCELLED}
+
+
+class FlowRunWatch:
+    """Reads the flow run's state every `WATCH_INTERVAL_S` seconds while training runs.
+
+    `stop_requested()` says why to stop once the run is Cancelling or Cancelled (from Running or
+    from Suspended alike). A Pause or Suspend is refused: training cannot be paused in place,
+    so the run is set Running again with a line that says so; Cancel stops it, and a later run
+    resumes from its last checkpoint. Outside a flow run (a task called as a function) it
+    watches nothing."""
+
+    def __init__(self, stage: str) -> None:
+        context = FlowRunContext.get()
+        self._run_id: UUID | None = context.flow_run.id if context and context.flow_run else None
+        self._stage = stage
+        self._stop: str | None = None
+        self._unreachable_said = False
+        self._done = threading.Event()
+        self._logger = get_run_logger()
+        if self._run_id is not None:
+            run_in_context = contextvars.copy_context().run
+            threading.Thread(target=run_in_context, args=(self._watch,), daemon=True).start()
+
+    def stop_requested(self) -> str | None:
+        """Why the stage should stop now (`cancelled from the Prefect UI`), or None."""
+        return self._stop
+
+    def close(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        with get_client(sync_client=True) as client:
+            while not self._done.wait(WATCH_INTERVAL_S):
+                try:
+                    state = client.read_flow_run(self._run_id).state  # type: ignore[arg-type]
+                except Exception as error:  # the API away: training goes on regardless
+                    if not self._unreachable_said:
+                        self._unreachable_said = True
+                        self._logger.warning(
+                            "%s: cannot read the flow run's state from the Prefect API (%s); "
+                            "training goes on, a Cancel is seen once the API answers",
+                            self._stage,
+                            error,
+                        )
+                    continue
+                if state is None:
+                    continue
+                if state.type in STOPPING:
+                    self._stop = f"cancelled from the Prefect UI (the run is {state.name})"
+                    return
+                if state.type == StateType.PAUSED:
+                    self._refuse_pause(client, state.name or "Pause")
+
+    def _refuse_pause(self, client: object, name: str) -> None:
+        self._logger.warning(
+            "%s: %s refused: a training stage cannot be paused in place, so the run goes on "
+            "(Cancel stops it; a later run resumes from its last checkpoint)",
+            self._stage,
+            name,
+        )
+        client.set_flow_run_state(  # type: ignore[attr-defined]
+            self._run_id, Running(message=f"{name} refused while {self._stage} trains"), force=True
+        )

@@ -1,0 +1,89 @@
+"""What the Prefect UI's buttons do to a run that trains, as the UI sends them (a state set on the
+flow run): Pause and Suspend are refused with a line and training goes on; Cancel stops the
+trainer within seconds and the run ends Cancelled, saying where it stopped."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prefect import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState
+from prefect.client.schemas.filters import FlowRunFilterStateType as StateTypeFilter
+from prefect.client.schemas.objects import StateType
+from prefect.states import Cancelling, Paused
+
+from toolgrpo.flows.retrain import RetrainOverrides, retrain
+
+pytestmark = pytest.mark.slow
+
+
+def _running_run_id(deadline: float):
+    running = FlowRunFilter(
+        state=FlowRunFilterState(type=StateTypeFilter(any_=[StateType.RUNNING]))
+    )
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            runs = [
+                r for r in client.read_flow_runs(flow_run_filter=running) if "retrain" in r.name
+            ]
+            if runs:
+                return runs[0].id
+            time.sleep(0.5)
+    raise AssertionError("no retrain run started")
+
+
+def _trainer_processes(folder: Path) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if proc.name.isdigit() and "toolgrpo.training" in command and str(folder) in command:
+            found.append(command)
+    return found
+
+
+def _wait_for_steps(folder: Path, deadline: float) -> None:
+    while not list(folder.glob("*/sft/train_metrics.jsonl")):
+        assert time.monotonic() < deadline, "SFT logged no step"
+        time.sleep(0.5)
+
+
+def test_pause_is_refused_and_cancel_stops_the_trainer(prefect_harness, tmp_path):
+    config = RetrainOverrides.from_dotted({"sft.num_train_epochs": 200, "seed": 11})
+    outcome = {}
+
+    def run() -> None:
+        outcome["state"] = retrain(
+            preset="smoke",
+            config=config,
+            out=tmp_path,
+            audit_training_rows=False,
+            return_state=True,
+        )
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 300
+    run_id = _running_run_id(deadline)
+    _wait_for_steps(tmp_path, deadline)
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run_id, Paused(timeout_seconds=600), force=True)
+        while client.read_flow_run(run_id).state.type != StateType.RUNNING:
+            assert time.monotonic() < deadline, "the pause was not refused"
+            time.sleep(0.5)
+        assert _trainer_processes(tmp_path), "training stopped on a refused pause"
+        cancelled_at = time.monotonic()
+        client.set_flow_run_state(run_id, Cancelling(), force=True)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert time.monotonic() - cancelled_at < 30
+    state = outcome["state"]
+    assert state.is_cancelled()
+    assert state.message.startswith("sft: cancelled from the Prefect UI")
+    assert "training stopped at step" in state.message
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run_id).state.type == StateType.CANCELLED
+    assert _trainer_processes(tmp_path) == []
