@@ -19,15 +19,22 @@ $(STAMP): pyproject.toml
 	# the CPU build on this machine's disk; an unpinned torch pulls a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
-	touch $(STAMP)
+	touch $(STAMP) $(VENV)/.linked
 
 install: $(STAMP)
 
 # The editable install links each module into the `toolgrpo` namespace (strict mode, so that
-# editors and type checkers resolve `toolgrpo.*`); a module added since is linked here (~2 s).
-link: $(STAMP)
+# editors and type checkers resolve `toolgrpo.*`); a module added since is linked here (~2-6 s),
+# when a package folder changed (an entry added or removed changes its folder's time).
+LINKED := $(VENV)/.linked
+PACKAGE_DIRS := $(shell find flows tasks schemas training validation evaluation mining reporting \
+	ablation generator data -type d -not -name __pycache__)
+$(LINKED): $(STAMP) $(PACKAGE_DIRS)
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . \
 		--config-settings editable_mode=strict
+	touch $(LINKED)
+
+link: $(LINKED)
 
 run: link
 	$(BIN)/toolgrpo run --preset cpu

@@ -45,13 +45,17 @@ from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.files import write_text_file
 from toolgrpo.tasks.ablation import AblationReport, publish_ablation, train_arm, train_start
 from toolgrpo.tasks.runs import new_run_dir
-from toolgrpo.tasks.train import fingerprint
+from toolgrpo.tasks.train import fingerprint, stop_training_processes
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import ConfigError
 from toolgrpo.training.overrides import load_preset
 from toolgrpo.validation.spread import usable_cpus
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
+
+
+# How long the flow waits on its arms at a time (a Ctrl-C is seen in between).
+WAIT_S = 1.0
 
 
 class AblationParams(BaseModel):
@@ -224,7 +228,16 @@ def ablation(params: AblationParams) -> AblationReport:
         )
         for (start, seed, arm), config in arm_configs.items()
     }
-    wait([*starts.values(), *arms.values()])
+    # In short waits, as a Ctrl-C reaches this thread only between them; then (or on SIGTERM)
+    # the arms' trainers are stopped here, before the flow's end waits for the arms' threads.
+    pending = [*starts.values(), *arms.values()]
+    try:
+        while pending:
+            pending = list(wait(pending, timeout=WAIT_S).not_done)
+    except BaseException:
+        stop_training_processes()
+        raise
+    wait([*starts.values(), *arms.values()])  # all done: each one's final state, read once
 
     failed = [
         _failure(f"{start} seed {seed} (SFT)", future)

@@ -20,10 +20,13 @@ GRPO_STEP = re.compile(r"grpo step (\d+)/")
 
 
 COMMAND = [str(TOOLGRPO), "run", "--preset", "smoke", "--set", "grpo.max_steps=60"]
+# Two GRPO arms side by side, each supervised from a thread of its own.
+ABLATE = [str(TOOLGRPO), "ablate", "--preset", "smoke", "--seeds", "1", "--starts", "default"]
+ABLATE += ["--arms", "none,zero_std", "--steps", "60", "--workers", "2"]
 
 
 def _start_run(
-    tmp_path: Path, until_step: int = 2
+    tmp_path: Path, until_step: int = 2, command: list[str] = COMMAND
 ) -> tuple[subprocess.Popen, Path, dict[str, str]]:
     """`toolgrpo run --preset smoke` with GRPO long enough to interrupt, in a process group of
     its own with SIGINT as a terminal leaves it, and a PREFECT_HOME of its own."""
@@ -32,7 +35,7 @@ def _start_run(
     env.pop("PREFECT_API_URL", None)
     log = tmp_path / "run.log"
     process = subprocess.Popen(
-        [*COMMAND, "--out", str(tmp_path / "runs")],
+        [*command, "--out", str(tmp_path / "runs")],
         env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
@@ -46,15 +49,16 @@ def _start_run(
     return process, log, env
 
 
-def _processes_of(path: Path) -> list[str]:
+def _processes_in(home: Path) -> list[str]:
+    """The processes whose PREFECT_HOME is `home`: the command, its trainers, its server."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environment = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if proc.name.isdigit() and str(path) in command and int(proc.name) != os.getpid():
-            found.append(command)
+        if f"PREFECT_HOME={home}".encode() in environment and int(proc.name) != os.getpid():
+            found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
     return found
 
 
@@ -73,8 +77,19 @@ def test_ctrl_c_during_grpo_stops_in_seconds_with_one_line_and_leaves_nothing(tm
     assert output.strip().splitlines()[-1] == "toolgrpo: interrupted (Ctrl-C); stopped"
     assert "Traceback" not in output
     time.sleep(2)
-    assert _processes_of(tmp_path) == []
+    assert _processes_in(Path(env["PREFECT_HOME"])) == []
     assert _flow_run_states(Path(env["PREFECT_HOME"])) == ["CRASHED"]
+
+
+def test_ctrl_c_during_an_ablation_stops_every_arm_and_the_server(tmp_path):
+    process, log, env = _start_run(tmp_path, command=ABLATE)
+    stopped = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    assert time.monotonic() - stopped < 20
+    assert log.read_text().strip().splitlines()[-1] == "toolgrpo: interrupted (Ctrl-C); stopped"
+    time.sleep(2)
+    assert _processes_in(Path(env["PREFECT_HOME"])) == []  # both trainers and the server
 
 
 def test_kill_9_leaves_no_process_and_the_next_command_marks_the_run_crashed(tmp_path):
@@ -82,9 +97,9 @@ def test_kill_9_leaves_no_process_and_the_next_command_marks_the_run_crashed(tmp
     process.kill()
     process.wait()
     deadline = time.monotonic() + 15
-    while _processes_of(tmp_path) and time.monotonic() < deadline:
+    while _processes_in(Path(env["PREFECT_HOME"])) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _processes_of(tmp_path) == []  # the trainer and the temporary server ended with it
+    assert _processes_in(Path(env["PREFECT_HOME"])) == []  # the trainer and the server too
     home = Path(env["PREFECT_HOME"])
     assert _flow_run_states(home) == ["RUNNING"]
     rows = Path(__file__).resolve().parents[2] / "data" / "train" / "single_step.jsonl"
