@@ -59,7 +59,10 @@ def deployments(preset: str = "cpu", out: Path = Path("runs")) -> list[RunnerDep
             entrypoint_type=EntrypointType.MODULE_PATH,
             schedule=Cron(NIGHTLY_CRON, timezone=SCHEDULE_TIMEZONE),
             parameters={"preset": preset, "out": str(out)},
-            description="Gate, train SFT + GRPO/NGRPO, evaluate, mine, report. Unchanged data is not retrained.",
+            description=(
+                "Gate, train SFT + GRPO/NGRPO, evaluate, mine, report. Unchanged data is not "
+                "retrained."
+            ),
             tags=[*RETRAIN_TAGS, RETRAIN_DEPLOYMENT],  # its name: the failure alert watches it
             # one retrain at a time: a run started while one trains waits its turn
             concurrency_limit=1,

@@ -62,8 +62,7 @@ def report_markdown(
         "Data and config unchanged since a previous run: the cached models were reused, "
         "nothing was retrained."
         if not summary.retrained
-        else "; ".join(f"{name} {stage.line()}" for name, stage in summary.training.items())
-        + "."
+        else "; ".join(f"{name} {stage.line()}" for name, stage in summary.training.items()) + "."
     )
     rows = ", ".join(
         f"{markdown_text(sample_source(Path(name)))} {n}" for name, n in summary.rows.items()
