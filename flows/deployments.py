@@ -9,6 +9,7 @@ automation for `prefect automation create --from-file`.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,10 @@ from uuid import UUID
 
 import yaml
 from prefect import get_client, serve
+from prefect.client.orchestration import SyncPrefectClient
+from prefect.client.schemas.objects import StateType
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
-from prefect.events.actions import SendNotification
+from prefect.events.actions import ChangeFlowRunState, SendNotification
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 from prefect.schedules import Cron
@@ -25,6 +28,7 @@ from prefect.settings import get_current_settings
 
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.data_quality import DATA_QUALITY_TAGS, data_quality
+from toolgrpo.flows.prefect_api import crash_leftovers
 from toolgrpo.flows.retrain import RETRAIN_TAGS, SHIPPED_EVAL_FILES, retrain
 from toolgrpo.training.overrides import load_preset
 
@@ -36,6 +40,10 @@ RETRAIN_DEPLOYMENT = "nightly-retrain"
 DATA_QUALITY_DEPLOYMENT = "data-quality-hourly"
 AUTOMATION_FILE = Path(__file__).with_name("notify-on-failure.yaml")
 AUTOMATION_NAME = "toolgrpo-failed-run"
+UNRESPONSIVE_AUTOMATION_NAME = "toolgrpo-unresponsive-run"
+# Seconds between a served run's heartbeats: a run whose process died is Crashed after three.
+HEARTBEAT_S = 30
+HEARTBEAT_VARIABLE = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 # The flow-run states that end a run badly, which the automation reports.
 FAILED_STATES = ("Failed", "Crashed", "TimedOut")
 # The placeholder block id of notify-on-failure.yaml: `toolgrpo notify-on-failure` fills it in.
@@ -120,7 +128,10 @@ def prefect_yaml_text(preset: str = "cpu", out: Path = Path("runs")) -> str:
                     for schedule in deployment.schedules or []
                 ],
                 "parameters": {name: relative(v) for name, v in deployment.parameters.items()},
-                "work_pool": {"name": "toolgrpo", "job_variables": {}},
+                "work_pool": {
+                    "name": "toolgrpo",
+                    "job_variables": {"env": {HEARTBEAT_VARIABLE: str(HEARTBEAT_S)}},
+                },
             }
         )
     spec = {
@@ -137,8 +148,62 @@ def prefect_yaml_text(preset: str = "cpu", out: Path = Path("runs")) -> str:
 
 
 def serve_deployments(preset: str = "cpu", out: Path = Path("runs")) -> None:
-    """Serve both deployments with their schedules until interrupted."""
+    """Serve both deployments with their schedules until interrupted. Their runs send a
+    heartbeat every `HEARTBEAT_S` seconds (unless PREFECT_FLOWS_HEARTBEAT_FREQUENCY says
+    otherwise) and the server marks one Crashed once three are missed (`unresponsive_runs`):
+    a run whose process died with `serve` (stopped, killed, its machine gone) ends Crashed,
+    and so alerts, in bounded time. Runs this host's earlier `serve` left Running are marked
+    Crashed at once."""
+    heartbeat_s = int(os.environ.setdefault(HEARTBEAT_VARIABLE, str(HEARTBEAT_S)))
+    with get_client(sync_client=True) as client:
+        replace_automation(client, unresponsive_runs(heartbeat_s))
+    crash_leftovers()
     serve(*deployments(preset, out))
+
+
+def _our_runs() -> dict[str, Any]:
+    """The trigger's filter for the runs of both deployments (each tags its runs with its name),
+    so that an automation never touches another team's flows on the same server."""
+    names = (RETRAIN_DEPLOYMENT, DATA_QUALITY_DEPLOYMENT)
+    return {
+        "prefect.resource.role": "tag",
+        "prefect.resource.id": [f"prefect.tag.{name}" for name in names],
+    }
+
+
+def unresponsive_runs(heartbeat_s: int = HEARTBEAT_S) -> AutomationCore:
+    """The automation that marks a run of either deployment Crashed when it has sent no event
+    (heartbeat or state change) for three heartbeats: Prefect's zombie detection."""
+    return AutomationCore(
+        name=UNRESPONSIVE_AUTOMATION_NAME,
+        description="Mark a nightly retrain or hourly data-quality run Crashed once its "
+        "process stops sending heartbeats.",
+        enabled=True,
+        trigger=EventTrigger(
+            posture=Posture.Proactive,
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.*"},
+            match={"prefect.resource.id": "prefect.flow-run.*"},
+            match_related=_our_runs(),
+            for_each={"prefect.resource.id"},
+            threshold=1,
+            within=timedelta(seconds=3 * heartbeat_s),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED,
+                message=f"no heartbeat for {3 * heartbeat_s} s: its process died (serve or the "
+                "worker stopped, the machine went away)",
+            )
+        ],
+    )
+
+
+def replace_automation(client: SyncPrefectClient, automation: AutomationCore) -> UUID:
+    """Create `automation` in place of any earlier one of its name; its id."""
+    for earlier in client.read_automations_by_name(automation.name):
+        client.delete_automation(earlier.id)
+    return client.create_automation(automation)
 
 
 def failure_automation(block_document_id: UUID, ui_url: str | None = None) -> AutomationCore:
@@ -153,7 +218,6 @@ def failure_automation(block_document_id: UUID, ui_url: str | None = None) -> Au
     link = "flow_run|ui_url"
     if ui_url:
         link = f"{link} or {ui_url.rstrip('/')!r} ~ '/runs/flow-run/' ~ flow_run.id"
-    deployments = (RETRAIN_DEPLOYMENT, DATA_QUALITY_DEPLOYMENT)
     return AutomationCore(
         name=AUTOMATION_NAME,
         description="Notify when a nightly retrain or an hourly data-quality run fails.",
@@ -161,10 +225,7 @@ def failure_automation(block_document_id: UUID, ui_url: str | None = None) -> Au
         trigger=EventTrigger(
             posture=Posture.Reactive,
             match={"prefect.resource.id": "prefect.flow-run.*"},
-            match_related={
-                "prefect.resource.role": "tag",
-                "prefect.resource.id": [f"prefect.tag.{name}" for name in deployments],
-            },
+            match_related=_our_runs(),
             for_each={"prefect.resource.id"},
             expect={f"prefect.flow-run.{state}" for state in FAILED_STATES},
             threshold=1,
@@ -187,10 +248,12 @@ def failure_automation(block_document_id: UUID, ui_url: str | None = None) -> Au
 def automation_file_text() -> str:
     """notify-on-failure.yaml as `failure_automation` makes it, for `prefect automation create
     --from-file` (its block id a placeholder; a test keeps the file up to date)."""
-    spec = failure_automation(NO_BLOCK).model_dump(mode="json", exclude_none=True)
-    for field in ("expect", "for_each"):  # sets: in a stable order
-        spec["trigger"][field] = sorted(spec["trigger"][field])
-    spec = _without_empty_lists(spec)
+    specs = []
+    for automation in (failure_automation(NO_BLOCK), unresponsive_runs()):
+        spec = automation.model_dump(mode="json", exclude_none=True)
+        for field in ("expect", "after", "for_each"):  # sets: in a stable order
+            spec["trigger"][field] = sorted(spec["trigger"][field])
+        specs.append(_without_empty_lists(spec))
 
     class Dumper(yaml.SafeDumper):
         """Writes a string of several lines as a block, as a person would."""
@@ -201,7 +264,8 @@ def automation_file_text() -> str:
             "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
         ),
     )
-    return AUTOMATION_HEADER + yaml.dump(spec, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+    text = yaml.dump({"automations": specs}, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+    return AUTOMATION_HEADER + text
 
 
 def _without_empty_lists(spec: dict) -> dict:
@@ -213,13 +277,15 @@ def _without_empty_lists(spec: dict) -> dict:
 
 
 AUTOMATION_HEADER = """\
-# A Prefect automation: when a run of either scheduled deployment (prefect.yaml, `toolgrpo serve`,
-# each tagging its runs with its name) ends Failed, Crashed or TimedOut, send its name, state
-# message and UI link through a notification block (Slack, Teams, email, a webhook ...).
+# Two Prefect automations. The first: when a run of either scheduled deployment (prefect.yaml,
+# `toolgrpo serve`, each tagging its runs with its name) ends Failed, Crashed or TimedOut, send its
+# name, state message and UI link through a notification block (Slack, Teams, email, a webhook
+# ...). The second: mark such a run Crashed once its process has sent no heartbeat for three
+# heartbeats (serve stopped, a worker killed), so that a dead run ends and the first alerts on it.
 #
 #   toolgrpo notify-on-failure --block slack-webhook/toolgrpo-alerts
 #
-# creates (or replaces) it on the server PREFECT_API_URL names, with the block's id. By hand: put
+# creates (or replaces) both on the server PREFECT_API_URL names, with the block's id. By hand: put
 # the block's id in `block_document_id`, then
 # `prefect automation create --from-file flows/notify-on-failure.yaml`. The link needs
 # PREFECT_UI_URL set where the server runs (docs/prefect-ui.md); `notify-on-failure` also writes
@@ -243,7 +309,7 @@ def notify_on_failure(block: str) -> UUID:
                 f"no {block_type!r} block named {name!r} on this Prefect server; create it first "
                 "(docs/prefect-ui.md: Being told)"
             ) from None
-        automation = failure_automation(document.id, get_current_settings().ui_url)
-        for earlier in client.read_automations_by_name(automation.name):
-            client.delete_automation(earlier.id)
-        return client.create_automation(automation)
+        replace_automation(client, unresponsive_runs())  # a dead run must end to alert
+        return replace_automation(
+            client, failure_automation(document.id, get_current_settings().ui_url)
+        )

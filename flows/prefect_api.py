@@ -228,10 +228,10 @@ def temporary_server_starting() -> Iterator[None]:
     # the settings every thread reads that has no context of its own (Prefect's workers)
     os.environ["PREFECT_API_URL"] = server.url
     refresh_global_settings_context()
-    _crash_leftovers()
+    crash_leftovers()
 
 
-def _crash_leftovers() -> None:
+def crash_leftovers() -> None:
     """`crash_runs_of_dead_processes`, one line each; housekeeping that never stops the command
     it runs before (one line if it cannot be done)."""
     import httpx

@@ -20,11 +20,13 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.deployments import (
     AUTOMATION_FILE,
     DATA_QUALITY_CRON,
+    HEARTBEAT_S,
     NIGHTLY_CRON,
     automation_file_text,
     deployments,
     failure_automation,
     prefect_yaml_text,
+    unresponsive_runs,
 )
 from toolgrpo.flows.retrain import retrain
 from toolgrpo.training.overrides import load_preset
@@ -249,4 +251,24 @@ def test_notify_on_failure_yaml_is_the_automation_the_cli_creates():
     from prefect.events.schemas.automations import AutomationCore
 
     spec = yaml.safe_load(AUTOMATION_FILE.read_text(encoding="utf-8"))
-    assert AutomationCore.model_validate(spec).trigger == failure_automation(uuid4()).trigger
+    failed, unresponsive = (AutomationCore.model_validate(a) for a in spec["automations"])
+    assert failed.trigger == failure_automation(uuid4()).trigger
+    assert unresponsive == unresponsive_runs()
+
+
+def test_a_served_run_that_stops_sending_heartbeats_is_marked_crashed():
+    """Prefect's zombie-run recipe, scoped to our two deployments: armed by each heartbeat, it
+    fires when no event of that run follows within three heartbeats; prefect.yaml's runs send
+    heartbeats at that rate as `serve`'s do."""
+    automation = unresponsive_runs(heartbeat_s=20)
+    trigger = automation.trigger
+    assert trigger.posture == "Proactive" and trigger.after == {"prefect.flow-run.heartbeat"}
+    assert trigger.expect == {"prefect.flow-run.*"} and trigger.within.total_seconds() == 60
+    assert trigger.match_related == failure_automation(uuid4()).trigger.match_related
+    assert trigger.for_each == {"prefect.resource.id"}
+    (action,) = automation.actions
+    assert action.type == "change-flow-run-state" and action.state == "CRASHED"
+    spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    for deployment in spec["deployments"]:
+        env = deployment["work_pool"]["job_variables"]["env"]
+        assert env == {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}

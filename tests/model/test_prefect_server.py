@@ -1,7 +1,9 @@
 """The main job and the data-quality check against a real `prefect server` on loopback, read back
 through the client the way the UI reads them (and, where Chromium is installed, in the UI)."""
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +15,7 @@ from typing import Any, NamedTuple
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, LogFilter
+from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from bench.ui_screenshots import check_ui, chromium_path, latest_flow_run, prefect_server
@@ -201,3 +204,74 @@ def test_the_ui_shows_the_named_stages_the_headline_first_and_the_reports_plots(
     assert all(check.ok for check in checks), "\n".join(check.line() for check in checks)
     (report,) = [c for c in checks if c.spec.name == "report-artifact"]
     assert len(report.images) == 4 and all(image["width"] > 300 for image in report.images)
+
+
+def _served(client, name: str) -> bool:
+    try:
+        client.read_deployment_by_name(name)
+    except ObjectNotFound:
+        return False
+    return True
+
+
+def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
+    server, webhook_receiver, tmp_path
+):
+    """`toolgrpo serve` and everything it started killed while a deployment run trains: the
+    run's heartbeats stop, the server marks it Crashed within three missed heartbeats, and the
+    failure automation alerts on it."""
+    url, env = server
+    hook, received = webhook_receiver
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        CustomWebhookNotificationBlock(
+            name="toolgrpo-hook", url=hook, json_data={"text": "{{body}}"}
+        ).save("toolgrpo-hook", overwrite=True)
+    created = _toolgrpo(env, "notify-on-failure", "--block", "custom-webhook/toolgrpo-hook")
+    assert created.returncode == 0, created.stderr
+    serving = subprocess.Popen(
+        [BIN / "toolgrpo", "serve", "--preset", "smoke", "--out", tmp_path],
+        env=env,
+        stdout=(tmp_path / "serve.log").open("w"),
+        stderr=subprocess.STDOUT,
+        process_group=0,
+    )
+    from prefect.deployments import run_deployment
+
+    from toolgrpo.flows.deployments import RETRAIN_DEPLOYMENT, UNRESPONSIVE_AUTOMATION_NAME
+
+    try:
+        with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+            deadline = time.monotonic() + 120
+            while not _served(client, f"retrain/{RETRAIN_DEPLOYMENT}"):
+                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+                time.sleep(1)
+            assert client.read_automations_by_name(UNRESPONSIVE_AUTOMATION_NAME)
+            flow_run = run_deployment(
+                f"retrain/{RETRAIN_DEPLOYMENT}",
+                parameters={"config": {"sft": {"num_train_epochs": 400}}},
+                timeout=0,
+            )
+            deadline = time.monotonic() + 300
+            while not list(tmp_path.glob("*/sft/train_metrics.jsonl")):
+                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+                time.sleep(1)
+            # its machine gone: nothing of it lives to tell the server (a Ctrl-C lets the
+            # flow's own process report Crashed; a kill leaves it to the heartbeat automation)
+            os.killpg(serving.pid, signal.SIGKILL)
+            serving.wait(timeout=60)
+            deadline = time.monotonic() + 240  # three heartbeats of 30 s, and the check's own
+            while (state := client.read_flow_run(flow_run.id).state).type.value == "RUNNING":
+                assert time.monotonic() < deadline, "still Running"
+                time.sleep(2)
+        assert state.type.value == "CRASHED", state
+        assert state.message.startswith("no heartbeat for 90 s"), state.message
+        deadline = time.monotonic() + 60
+        while not received and time.monotonic() < deadline:
+            time.sleep(1)
+        (notification,) = received
+        assert "ended Crashed" in notification["text"], notification["text"]
+    finally:
+        if serving.poll() is None:
+            os.killpg(serving.pid, signal.SIGKILL)
