@@ -255,6 +255,7 @@ def retrain(
         run_dir=run_dir,
         data_hash=data_hash,
         config_hash=key,
+        overrides=overrides,
         rows={name: count for name, count in gate.counts.get("file", {}).items()},
         retrained=retrained,
         training=training,

@@ -5,7 +5,7 @@ where the full report is."""
 from __future__ import annotations
 
 from toolgrpo.reporting.expectations import goal_lines, preset_note
-from toolgrpo.reporting.markdown import markdown_table, markdown_text, percent
+from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text, percent
 from toolgrpo.schemas.run import Headline, RunSummary
 
 
@@ -52,6 +52,15 @@ def training_lines(summary: RunSummary) -> str:
     )
 
 
+def preset_with_overrides(summary: RunSummary) -> str:
+    """`cpu`, or `cpu` with `grpo.max_steps=5`, `seed=3`: what this run was configured as."""
+    preset = code_span(summary.preset)
+    if not summary.overrides:
+        return preset
+    fields = ", ".join(code_span(f"{name}={value}") for name, value in summary.overrides.items())
+    return f"{preset} with {fields}"
+
+
 def headline_markdown(summary: RunSummary, report_link: str) -> str:
     """The headline artifact: the per-file table, goals, zero-std line, and a link to the full
     report (`report_link`, a URL the UI opens)."""
@@ -59,7 +68,7 @@ def headline_markdown(summary: RunSummary, report_link: str) -> str:
     goals = goal_lines(summary.preset, after, sum(summary.wall_s.values()))
     met = sum(line.startswith("✅") for line in goals)
     verdict = f"{met} of {len(goals)} goals met, " if goals else ""
-    parts = [f"## Retrain `{summary.preset}`: {verdict}{training_verdict(summary)}"]
+    parts = [f"## Retrain {preset_with_overrides(summary)}: {verdict}{training_verdict(summary)}"]
     note = preset_note(summary.preset)
     if note:
         parts.append(f"> {note}")

@@ -13,6 +13,7 @@ from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.mining.report import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
 from toolgrpo.reporting.expectations import preset_note
+from toolgrpo.reporting.headline import preset_with_overrides
 from toolgrpo.reporting.markdown import code_span, markdown_table, markdown_text, percent
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.run import Headline, RunSummary
@@ -73,7 +74,7 @@ def report_markdown(
     note = preset_note(summary.preset)
     return "\n\n".join(
         [
-            f"# toolgrpo retrain — preset {code_span(summary.preset)}",
+            f"# toolgrpo retrain — preset {preset_with_overrides(summary)}",
             *([f"> {note}"] if note else []),
             f"Run folder: {code_span(summary.run_dir)}  \nData hash `{summary.data_hash[:12]}`, "
             f"config hash `{summary.config_hash[:12]}`. {reuse}  \nRows in the data files: "

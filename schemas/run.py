@@ -115,6 +115,10 @@ class RunSummary(BaseModel):
     run_dir: Path
     data_hash: str
     config_hash: str
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="config fields set for this run on top of the preset (dotted name → value)",
+    )
     rows: dict[str, int] = Field(description="validated rows per data file")
     retrained: bool = Field(
         description="True when a stage trained in this run (from the start or resumed); False "

@@ -130,6 +130,16 @@ def test_a_resumed_runs_headline_says_what_each_stage_did():
     assert "- sft: reused an earlier run's model (data and config unchanged)" in markdown
 
 
+def test_the_headline_and_report_name_the_fields_set_on_top_of_the_preset(mixed_predictions):
+    summary = _summary("cpu").model_copy(update={"overrides": {"grpo.max_steps": 5, "seed": 3}})
+    first = headline_markdown(summary, "/report").splitlines()[0]
+    assert first.startswith("## Retrain `cpu` with `grpo.max_steps=5`, `seed=3`: ")
+    assert headline_markdown(_summary("cpu"), "/report").startswith("## Retrain `cpu`: ")
+    metrics = compute_metrics(mixed_predictions)
+    report = report_markdown(summary, metrics, mine_errors(mixed_predictions), {})
+    assert report.startswith("# toolgrpo retrain — preset `cpu` with `grpo.max_steps=5`")
+
+
 def test_headline_lists_each_eval_file_with_n_and_the_change():
     markdown = headline_markdown(_summary("cpu"), "/artifacts/artifact/1234")
     assert "| rows | n | sft | grpo | change |" in markdown
