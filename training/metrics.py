@@ -87,6 +87,7 @@ class MetricsFileCallback(TrainerCallback):
         self._last_log_time = time.perf_counter()
         self._last_log_step = 0
         self._begin_time, self._begin_step = self._last_log_time, 0
+        self._stepping = False
         self._next_progress_step = 0
         self._tool_accuracy = _RunningMean()
 
@@ -103,8 +104,19 @@ class MetricsFileCallback(TrainerCallback):
             self.totals[name] = kept[-1].get(f"{name}_total", 0) if kept else 0
         self._last_log_time = time.perf_counter()
         self._last_log_step = state.global_step
-        self._begin_time, self._begin_step = self._last_log_time, state.global_step
+        self._begin_step = state.global_step
+        self._stepping = False
         self._next_progress_step = state.global_step + 1
+
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """The pace is timed from the first step this process runs: what comes between the start
+        and it (a resume loading its optimiser and skipping the batches it trained) is no step's
+        time, and counted in one it would make a resumed run's first ETA hours long."""
+        if not self._stepping:
+            self._stepping = True
+            self._last_log_time = self._begin_time = time.perf_counter()
 
     def on_log(
         self,

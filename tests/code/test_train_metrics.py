@@ -124,3 +124,20 @@ def test_training_seconds_weighs_each_line_by_the_steps_it_covers():
     ]
     assert training_seconds(lines) == 2 * 1.5 + 2 * 2.0 + 3.0
     assert training_seconds([]) == 0.0
+
+
+def test_a_resumed_stage_is_paced_from_its_first_step_not_from_its_start(
+    tmp_path, capsys, monkeypatch
+):
+    """A resume loads its optimiser and skips the batches it trained before its first step:
+    minutes that are no step's time, and would make the first ETA hours long if they were."""
+    # made, train begins, first step begins, step logged, its progress line
+    clock = iter([0.0, 0.0, 600.0, 610.0, 610.0])
+    monkeypatch.setattr("toolgrpo.training.metrics.time.perf_counter", lambda: next(clock))
+    callback = MetricsFileCallback(tmp_path / "grpo" / "train_metrics.jsonl")
+    state = TrainerState(max_steps=150, global_step=20)
+    callback.on_train_begin(ARGS, state, TrainerControl())
+    callback.on_step_begin(ARGS, state, TrainerControl())
+    _log_steps(callback, state, [{"loss": 1.0}])
+    assert capsys.readouterr().out.split(" · ")[-2:] == ["10.0 s/step", "ETA 22m\n"]
+    assert read_metrics(callback.path)[-1]["step_time_s"] == 10.0
