@@ -27,7 +27,7 @@ install: $(STAMP)
 # editors and type checkers resolve `toolgrpo.*`); a module added since is linked here (~2-6 s),
 # when a package folder changed (an entry added or removed changes its folder's time).
 LINKED := $(VENV)/.linked
-PACKAGE_DIRS := $(shell find flows tasks schemas training validation evaluation mining reporting \
+PACKAGE_DIRS := $(shell find flows tasks schemas common training validation evaluation mining reporting \
 	ablation generator data -type d -not -name __pycache__)
 $(LINKED): $(STAMP) $(PACKAGE_DIRS)
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . \

@@ -48,7 +48,7 @@ from toolgrpo.evaluation.predict import (
     predict,
     sample_source,
 )
-from toolgrpo.mining.report import mine_errors
+from toolgrpo.mining.miner import mine_errors
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.schemas.predictions import probability_columns
 from toolgrpo.training.chat import chat_prompt

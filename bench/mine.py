@@ -68,7 +68,7 @@ from toolgrpo.evaluation.predict import EvalSettings, predict
 from toolgrpo.flows.cli import config_overrides
 from toolgrpo.mining.categorise import LABEL_ISSUES
 from toolgrpo.mining.confident import ranked_label_issues
-from toolgrpo.mining.report import MiningReport, mine_errors
+from toolgrpo.mining.miner import MiningReport, mine_errors
 from toolgrpo.schemas.catalogue import default_catalogue, load_catalogue
 from toolgrpo.schemas.samples import normalise_prompt
 from toolgrpo.validation.loader import load_samples

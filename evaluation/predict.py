@@ -19,6 +19,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from toolgrpo.common.cpus import usable_cpus
+from toolgrpo.common.wording import thought_action_consistent
 from toolgrpo.evaluation.decoding import (
     EvaluationError,
     action_slot_prefix,
@@ -36,8 +38,6 @@ from toolgrpo.schemas.samples import NO_CONDITION, sample_source
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import CONFIG_FILENAME, Device
 from toolgrpo.training.overrides import read_config
-from toolgrpo.validation.spread import usable_cpus
-from toolgrpo.validation.wording import thought_action_consistent
 
 # Room left above the longest labelled solution: a longer answer is a runaway, not a format.
 MAX_NEW_TOKENS_MARGIN = 1.25

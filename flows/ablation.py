@@ -37,6 +37,7 @@ from toolgrpo.ablation.arms import (
 )
 from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, aggregate_arms
+from toolgrpo.common.cpus import usable_cpus
 from toolgrpo.data import DATA_DIR, LABEL_OVERRIDES
 from toolgrpo.evaluation.predict import EvalSettings, evaluation_rows
 from toolgrpo.flows.prefect_api import record_process
@@ -49,7 +50,6 @@ from toolgrpo.tasks.train import fingerprint, stop_training_processes
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import ConfigError
 from toolgrpo.training.overrides import load_preset
-from toolgrpo.validation.spread import usable_cpus
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
 

@@ -145,8 +145,8 @@ def build_base(
     (`base.*`: the recipe). SFT starts from it with `--set model.base_model=OUT`.
     Exit 0: built or found; 1: training failed; 2: usage error.
     """
-    from toolgrpo.flows.base import build_base as build
-    from toolgrpo.flows.base import check_out
+    from toolgrpo.flows.own_base import build_base as build
+    from toolgrpo.flows.own_base import check_out
     from toolgrpo.tasks.train import StageFailed
     from toolgrpo.training.overrides import load_preset
 
@@ -281,13 +281,13 @@ def _validate_read_ahead(
     catalogue: Path | None = None,
     **_: object,
 ) -> None:
-    """Start reading and checking `validate`'s files (`validation.ahead`), if it can read
+    """Start reading and checking `validate`'s files (`validation.read_ahead`), if it can read
     them, before Prefect is imported: the command imports Prefect and the flow, asks the
     Prefect API, starts a temporary server and the flow run meanwhile."""
     given = [*files, *(train or []), *(eval_ or [])]
     if _validate_problem(given, overrides, catalogue) is None:
         from toolgrpo.schemas.catalogue import catalogue_at
-        from toolgrpo.validation.ahead import Roles, read_ahead
+        from toolgrpo.validation.read_ahead import Roles, read_ahead
 
         roles = Roles(tuple(map(str, train or [])), tuple(map(str, eval_ or [])))
         read_ahead(given, overrides, catalogue_at(catalogue), roles)

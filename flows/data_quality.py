@@ -69,7 +69,7 @@ def data_quality(
     tools = catalogue_at(catalogue)
     samples = load_samples(paths, overrides, tools)
     # sha256 releases the GIL: the tag's hash runs while the rows are checked (a command has
-    # read and checked them ahead, `validation.ahead`; a deployment's run checks them here)
+    # read and checked them ahead, `validation.read_ahead`; a deployment's run checks them here)
     checking = validate_samples.submit(
         samples, list(map(str, train_files)), list(map(str, eval_files)), tools
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 from prefect import flow
 
-from toolgrpo.mining.report import MiningReport
+from toolgrpo.mining.miner import MiningReport
 from toolgrpo.schemas.catalogue import Catalogue, catalogue_at
 from toolgrpo.schemas.inputs import check_input
 from toolgrpo.schemas.predictions import validate_predictions

@@ -1,4 +1,4 @@
-"""The text a base of our own is pretrained on (issue #16, lever 3): numeracy and the domain's
+"""The text a base of our own is pretrained on: numeracy and the domain's
 language, never a decision.
 
 A model built from scratch meets every figure format and every comparison for the first time in

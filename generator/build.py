@@ -54,7 +54,7 @@ REDRAWS_FILE = "aux/conditional.jsonl"
 # 8 draws of the 225 conditional training steps: 1,800 rows, so that a 0.3 share of SFT (547
 # rows) is a different draw for each seed.
 REDRAW_ROUNDS = 8
-# Issue #16's walked form (generator/comparisons.py): the 823 multi-step training rows with their
+# The walked form (generator/comparisons.py): the 823 multi-step training rows with their
 # 225 conditional steps reasoned in it, and 4,000 comparison drills written in it, which the cpu
 # preset trains on and mixes in (docs/experiments/numeracy.md, default-model.md).
 WALKED_MULTISTEP_FILE = "aux/walked/multistep.jsonl"
@@ -343,7 +343,7 @@ def conditional_redraws(
     excluded_requests: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """The conditional steps of `rounds` fresh draws of the training scenarios (data/aux's
-    conditional.jsonl, issue #16), none whose request is one of `excluded_requests`.
+    conditional.jsonl), none whose request is one of `excluded_requests`.
 
     The 225 conditional training steps give a model trained from scratch 225 figure pairs to
     compare, six times each: it learns to write plausible figures rather than copy the prompt's,

@@ -1,4 +1,4 @@
-"""The walked comparison form (issue #16): a conditional step's two figures, counted and compared
+"""The walked comparison form: a conditional step's two figures, counted and compared
 place by place, so a model with no pretrained numeracy decides from digits it has just written.
 
 The worked reasoning restates both figures as plain digits before the verdict (`Needed 190000 ·

@@ -34,6 +34,11 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolgrpo.common.wording import (
+    keyword_hits,
+    keyword_patterns,
+    mask_identifiers,
+)
 from toolgrpo.mining.confident import label_quality
 from toolgrpo.mining.evidence import request_template
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
@@ -41,11 +46,6 @@ from toolgrpo.schemas.completion import first_json_object
 from toolgrpo.schemas.predictions import probability_columns
 from toolgrpo.schemas.samples import normalised_prompt, request_text
 from toolgrpo.validation.label_rules import LabelInconsistency
-from toolgrpo.validation.wording import (
-    keyword_hits,
-    keyword_patterns,
-    mask_identifiers,
-)
 
 # The model is "confident" in a tool it was not taught when it gives it at least this probability.
 CONFIDENT = 0.9

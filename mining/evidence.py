@@ -1,4 +1,4 @@
-"""Evidence about a request: its template (slots masked); its wording is `validation.wording`.
+"""Evidence about a request: its template (slots masked); its wording is `common.wording`.
 
 Rows with equal templates are near-identical requests.
 """
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
+from toolgrpo.common.wording import mask_identifiers
 from toolgrpo.schemas.figures import AMOUNT
 from toolgrpo.schemas.samples import PREVIOUS_STEPS_HEADER
-from toolgrpo.validation.wording import mask_identifiers
 
 
 def request_template(prompt: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from toolgrpo.mining.report import REVIEW_COLUMNS
+from toolgrpo.mining.miner import REVIEW_COLUMNS
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import first_json_object, written_action
 from toolgrpo.schemas.files import cell_text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolgrpo.mining.categorise import Category
-from toolgrpo.mining.report import MiningReport
+from toolgrpo.mining.miner import MiningReport
 from toolgrpo.reporting.markdown import markdown_table, percent
 
 

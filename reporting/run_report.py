@@ -10,7 +10,7 @@ from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 
 from toolgrpo.evaluation.metrics import EvalMetrics
-from toolgrpo.mining.report import MiningReport
+from toolgrpo.mining.miner import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
 from toolgrpo.reporting.expectations import preset_note
 from toolgrpo.reporting.headline import preset_with_overrides

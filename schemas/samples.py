@@ -30,6 +30,8 @@ LANGS = ("en", "zh")
 # A conditional step's branch: the condition the request sets for acting holds (act) or fails
 # (reply with `respond` instead).
 CONDITIONS = ("holds", "fails")
+# The tool a step that acts on nothing uses: a reply to the user (a failed condition's step).
+REPLY_TOOL = "respond"
 # The `condition` column of rows that carry no condition labels (an optional column).
 NO_CONDITION = pl.lit(None, dtype=pl.String).alias("condition")
 MAX_PROMPT_CHARS = 4_000
@@ -58,7 +60,7 @@ def condition_branch(condition: pl.Expr, kind: pl.Expr, tool: pl.Expr) -> pl.Exp
     failing (the only branch a label alone shows). `is_condition_fails` is the same rule for one
     row (the training process's); a test keeps them equal.
     """
-    replies = (kind == "multi") & (tool == "respond")
+    replies = (kind == "multi") & (tool == REPLY_TOOL)
     return (
         pl.when(condition == "holds")
         .then(pl.lit("condition_holds"))
@@ -72,7 +74,7 @@ def is_condition_fails(kind: str, tool: str, condition: str | None = None) -> bo
     """`condition_branch` is `condition_fails` for one row."""
     if condition is not None:
         return condition == "fails"
-    return kind == "multi" and tool == "respond"
+    return kind == "multi" and tool == REPLY_TOOL
 
 
 def is_conditional(kind: str, tool: str, condition: str | None = None) -> bool:
@@ -322,7 +324,7 @@ class Sample(pa.DataFrameModel):
     def condition_matches_tool(cls, data: PolarsData) -> pl.LazyFrame:
         """A step whose condition fails replies (`respond`); one whose condition holds acts."""
         condition = pl.col("condition")
-        replies = pl.col("tool") == "respond"
+        replies = pl.col("tool") == REPLY_TOOL
         matches = (condition == "fails") == replies
         return data.lazyframe.select(~condition.is_in(CONDITIONS).fill_null(False) | matches)
 

@@ -12,7 +12,7 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from toolgrpo.mining.report import MiningReport, mine_errors, review_queue
+from toolgrpo.mining.miner import MiningReport, mine_errors, review_queue
 from toolgrpo.mining.review import ReviewError, merged_overrides
 from toolgrpo.reporting.mining import findings_markdown
 from toolgrpo.schemas.catalogue import Catalogue

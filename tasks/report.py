@@ -22,7 +22,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from toolgrpo.evaluation.metrics import EvalMetrics
-from toolgrpo.mining.report import MiningReport
+from toolgrpo.mining.miner import MiningReport
 from toolgrpo.reporting.evaluation import metrics_tables
 from toolgrpo.reporting.headline import headline_markdown
 from toolgrpo.reporting.plots import (

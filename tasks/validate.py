@@ -32,9 +32,9 @@ from toolgrpo.schemas.records import CONTRACT_COLUMNS
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import failed_run, told_already
 from toolgrpo.validation import gate
-from toolgrpo.validation.ahead import checked_ahead
 from toolgrpo.validation.gate import DataGateFailed
 from toolgrpo.validation.loader import LoadedSamples
+from toolgrpo.validation.read_ahead import checked_ahead
 
 DATA_QUALITY_FILE = "data_quality.json"
 # The gated rows a stage reads, by the training config field that names each file.
@@ -55,7 +55,7 @@ def validate_samples(
     catalogue: Catalogue | None = None,
 ) -> DataReport:
     """`validation.gate.validate_samples` as a Prefect task (the report of the check
-    `validation.ahead.read_ahead` ran, when it checked these rows with these roles and
+    `validation.read_ahead.read_ahead` ran, when it checked these rows with these roles and
     catalogue)."""
     ahead = checked_ahead(loaded, train_files, eval_files, catalogue)
     if ahead is None:

@@ -1,4 +1,4 @@
-"""A reward for the arithmetic of a conditional step (issue #16, lever 4; off by default).
+"""A reward for the arithmetic of a conditional step (off by default).
 
 The ground-truth reward pays a conditional step ("transfer if the balance covers it") for the
 labelled tool alone, so a completion that guesses the branch earns as much as one that read the
@@ -23,9 +23,9 @@ from typing import Any
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.completion import completion_text, first_json_object, written_action
 from toolgrpo.schemas.figures import amounts_in
-from toolgrpo.schemas.samples import split_prompt
+from toolgrpo.schemas.samples import REPLY_TOOL, split_prompt
 from toolgrpo.training.rewards import DEFAULT_WEIGHTS, RewardWeights
-from toolgrpo.validation.label_rules import REPLY_TOOL, condition_verdict
+from toolgrpo.validation.label_rules import condition_verdict
 
 
 def _cents(value: float) -> int:

@@ -16,8 +16,8 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from toolgrpo.common.cpus import usable_cpus
 from toolgrpo.training.config import ConfigError, RuntimeSection, TrainConfig, accelerate_engine
-from toolgrpo.validation.spread import usable_cpus
 
 
 class Placement(NamedTuple):

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from toolgrpo.common.wording import catalogue_tools, thought_action_consistent
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import completion_text, first_json_object, written_action
-from toolgrpo.validation.wording import catalogue_tools, thought_action_consistent
 
 # case study: LOGIC_KEYWORDS. English matched case-insensitively as whole words, Chinese anywhere.
 LOGIC_WORDS_EN = (

@@ -11,7 +11,7 @@ import polars as pl
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.samples import condition_branch
-from toolgrpo.validation.cycles import cycle_collector_paused
+from toolgrpo.validation.gc_pause import cycle_collector_paused
 from toolgrpo.validation.label_rules import LABEL_COLUMNS, RULES, Label, LabelInconsistency
 from toolgrpo.validation.screens import NEEDED, PARTS_READ, ROW, screens
 from toolgrpo.validation.spread import CHUNKS_PER_WORKER, Spread

@@ -33,7 +33,7 @@ from toolgrpo.schemas.samples import (
     shown_column,
 )
 from toolgrpo.validation.context import label_inconsistencies
-from toolgrpo.validation.cycles import cycle_collector_paused
+from toolgrpo.validation.gc_pause import cycle_collector_paused
 from toolgrpo.validation.loader import LoadedSamples
 from toolgrpo.validation.screens import PARTS_READ
 

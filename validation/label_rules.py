@@ -23,7 +23,7 @@ The rules, by the name reports give them (`[check: name]`):
   same tool, with the same params when the scenario's row for that step is labelled with it
   (a second transfer with other params is a new step).
 - `step_named_by_request`: the last step of a scenario without a condition does what the
-  request still asks for: when the request's words (`validation.wording`) name exactly one tool
+  request still asks for: when the request's words (`common.wording`) name exactly one tool
   its history has not done yet, a last step whose tool the request does not name at all is
   suspect ("Transfer 40 rupees …, then show me what's left" labelled get_transactions), and so
   is one whose tool the request names no more often than the history has already done it
@@ -52,16 +52,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
-from toolgrpo.schemas.catalogue import Catalogue
-from toolgrpo.schemas.completion import first_json_object, written_action
-from toolgrpo.schemas.figures import AMOUNT, Amount, amount_of, amounts_in, described, number_text
-from toolgrpo.schemas.problems import Problem
-from toolgrpo.schemas.samples import (
-    ExecutedStep,
-    split_prompt,
-)
-from toolgrpo.validation.stated_values import params_contradictions
-from toolgrpo.validation.wording import (
+from toolgrpo.common.wording import (
     ToolKeywords,
     announcement,
     keyword_patterns,
@@ -69,6 +60,16 @@ from toolgrpo.validation.wording import (
     outer_keyword_hits,
     thought_action_consistent,
 )
+from toolgrpo.schemas.catalogue import Catalogue
+from toolgrpo.schemas.completion import first_json_object, written_action
+from toolgrpo.schemas.figures import AMOUNT, Amount, amount_of, amounts_in, described, number_text
+from toolgrpo.schemas.problems import Problem
+from toolgrpo.schemas.samples import (
+    REPLY_TOOL,
+    ExecutedStep,
+    split_prompt,
+)
+from toolgrpo.validation.stated_values import params_contradictions
 
 THOUGHT_ANNOUNCES_ACTION = "thought_announces_action"
 PLAN_STARTS_WITH_ACTION = "plan_starts_with_action"
@@ -77,7 +78,6 @@ STEP_NOT_REPEATED = "step_not_repeated"
 STEP_NAMED_BY_REQUEST = "step_named_by_request"
 BRANCH_MATCHES_FIGURES = "branch_matches_figures"
 PARAMS_MATCH_REQUEST = "params_match_request"
-REPLY_TOOL = "respond"
 
 # What a limit's neighbours say about the direction of a price condition.
 _BELOW_BEFORE = re.compile(
@@ -268,7 +268,7 @@ def _request_patterns(catalogue: Catalogue) -> dict[str, ToolKeywords]:
 
 
 def request_names(request: str, catalogue: Catalogue) -> dict[str, list[str]]:
-    """Per tool, the words of `request` that name it (`validation.wording`), a word inside a
+    """Per tool, the words of `request` that name it (`common.wording`), a word inside a
     longer keyword of another tool left to that tool."""
     return outer_keyword_hits(mask_identifiers(request), _request_patterns(catalogue))
 

@@ -29,7 +29,7 @@ from toolgrpo.schemas.inputs import input_problem
 from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.records import RECORD_SCHEMA, SampleRecord
-from toolgrpo.validation.cycles import cycle_collector_paused
+from toolgrpo.validation.gc_pause import cycle_collector_paused
 
 # The names of the checks that run while reading, as they appear in reports.
 FILE_EXISTS = "file_exists"

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from toolgrpo.common.wording import FOLDED_ONTO_ASCII, tool_keywords
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.figures import AMOUNT, Amount, amounts_in
 from toolgrpo.schemas.params_check import polars_compiles
@@ -23,11 +24,11 @@ from toolgrpo.schemas.samples import (
     MAX_SOLUTION_CHARS,
     PREVIOUS_STEP_LINE,
     PREVIOUS_STEPS_HEADER,
+    REPLY_TOOL,
     has_previous_steps_section,
     solution_parts,
 )
 from toolgrpo.validation.label_rules import (
-    REPLY_TOOL,
     RULES,
     Label,
     consistent_thought,
@@ -46,7 +47,6 @@ from toolgrpo.validation.stated_values import (
     param_readings,
     with_unit,
 )
-from toolgrpo.validation.wording import FOLDED_ONTO_ASCII, tool_keywords
 
 ROW = "_row"
 # the solution's parts the screens read (`schemas.samples.solution_parts`): the data gate has

@@ -17,12 +17,13 @@ never taken in a worker.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from itertools import pairwise
 from typing import Any
+
+from toolgrpo.common.cpus import usable_cpus
 
 # Chunks per worker: small enough to even out unequal texts, large enough that sending a chunk
 # costs little beside judging it.
@@ -32,15 +33,6 @@ CHUNKS_PER_WORKER = 4
 # saves on fewer texts (~20–60 µs each; measured at 2,000: the context checks 7.4 s in one
 # process, 7.8 s spread over two).
 MIN_ITEMS_PER_WORKER = 20_000
-
-
-def usable_cpus() -> int:
-    """How many CPUs this process may run on (its affinity mask — a container's or a scheduler's
-    share — not the host's count): what the gate's workers, training and evaluation size to."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on macOS or Windows
-        return os.cpu_count() or 1
 
 
 def _judged_chunk(

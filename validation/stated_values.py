@@ -11,7 +11,7 @@ Nothing here knows a tool by name: a param's schema says what to look for in a t
 - a string with an `enum`: the members the text names, each by its words: the schema's
   `x-keywords` for the member when it gives them (`{"buy": ["buy", "purchase", "买"]}`), else the
   member itself ("living_room" as "living room"), matched as the catalogue's keywords are
-  (`validation.wording.phrase_pattern`).
+  (`common.wording.phrase_pattern`).
 
 A param whose name says a direction (`from_…`, `source`; `to_…`, `target`, `destination`) is
 also read for its role: the text marks a value as where something goes from ("from ACC001",
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from toolgrpo.common.wording import phrase_pattern
 from toolgrpo.schemas.catalogue import Catalogue, linear_pattern
 from toolgrpo.schemas.figures import AMOUNT, Amount, amount_of, described, number_text
-from toolgrpo.validation.wording import phrase_pattern
 
 ENUM_WORDS = "x-keywords"  # a param schema's words per enum member (a catalogue's own tuning)
 FROM, TO = "from", "to"

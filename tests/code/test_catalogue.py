@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from toolgrpo.common.wording import thought_action_consistent
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import EvalSettings, predict
 from toolgrpo.flows import cli
@@ -23,7 +24,6 @@ from toolgrpo.training.overrides import load_preset
 from toolgrpo.training.rewards import score_completion
 from toolgrpo.validation.gate import DataGateFailed, validate_samples
 from toolgrpo.validation.loader import load_samples
-from toolgrpo.validation.wording import thought_action_consistent
 
 FREEZE_CARD = {
     "name": "freeze_card",

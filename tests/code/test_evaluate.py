@@ -39,7 +39,7 @@ from toolgrpo.evaluation.predict import (
 )
 from toolgrpo.flows import cli
 from toolgrpo.mining.categorise import Category
-from toolgrpo.mining.report import mine_errors
+from toolgrpo.mining.miner import mine_errors
 from toolgrpo.schemas.predictions import PredictionsError, probability_columns, validate_predictions
 from toolgrpo.tasks.evaluate import evaluate_model
 from toolgrpo.training.config import FramePieces

@@ -35,7 +35,7 @@ from tests.code.test_load import GOOD, row_bytes, write_lines
 from tests.code.test_schemas import MULTI_STEP_2, SINGLE, solution
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.flows import cli
-from toolgrpo.mining.report import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
+from toolgrpo.mining.miner import QUEUE_COLUMNS, REVIEW_COLUMNS, mine_errors
 from toolgrpo.mining.review import merged_overrides, overrides_from_review
 from toolgrpo.schemas.catalogue import (
     DEFAULT_CATALOGUE,

@@ -16,9 +16,10 @@ from bench.domains import smart_home
 from bench.mine import KINDS, ROWS_PER_KIND, plant_mistakes
 from tests.code.prediction_rows import prediction_row, predictions_frame
 from tests.code.test_context import loaded_rows
+from toolgrpo.common.wording import keyword_hits, keyword_patterns, outer_keyword_hits
 from toolgrpo.data import DATA_DIR
 from toolgrpo.mining.categorise import Category
-from toolgrpo.mining.report import mine_errors
+from toolgrpo.mining.miner import mine_errors
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.samples import condition_branch, parse_solution
 from toolgrpo.validation import screens as screens_module
@@ -26,7 +27,6 @@ from toolgrpo.validation.context import label_inconsistencies
 from toolgrpo.validation.label_rules import PARAMS_MATCH_REQUEST, RULES, STEP_NAMED_BY_REQUEST
 from toolgrpo.validation.screens import NEEDED, PARTS_READ, ROW, screens
 from toolgrpo.validation.spread import Spread
-from toolgrpo.validation.wording import keyword_hits, keyword_patterns, outer_keyword_hits
 
 HOME = smart_home.catalogue()
 

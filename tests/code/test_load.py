@@ -24,7 +24,7 @@ from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.validate import validate_samples, write_training_rows
 from toolgrpo.validation import gate, loader
-from toolgrpo.validation.ahead import Roles, read_ahead
+from toolgrpo.validation.read_ahead import Roles, read_ahead
 
 GOOD = json.dumps(SINGLE, ensure_ascii=False).encode()
 
@@ -394,7 +394,7 @@ def test_rows_checked_ahead_are_the_next_checks_of_those_rows_with_those_roles(
 def test_the_read_ahead_needs_neither_prefect_nor_the_checks_libraries():
     """`toolgrpo validate` starts reading before it imports Prefect (~1 s) and pandera (~0.5 s):
     the modules the read runs need neither."""
-    imported = "import sys, toolgrpo.validation.ahead; print(sorted(sys.modules))"
+    imported = "import sys, toolgrpo.validation.read_ahead; print(sorted(sys.modules))"
     modules = subprocess.run(
         [sys.executable, "-c", imported], capture_output=True, text=True, check=True
     ).stdout

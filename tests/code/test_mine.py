@@ -11,6 +11,7 @@ from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_fram
 
 import tasks.mine
 from tests.code.test_context import REPLY, loaded_rows, scenario
+from toolgrpo.common.wording import keyword_hits, keyword_patterns
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.predict import sample_source
 from toolgrpo.flows import cli
@@ -18,13 +19,12 @@ from toolgrpo.mining.categorise import Category, categorise
 from toolgrpo.mining.confident import overlapping_tool_pairs, ranked_label_issues
 from toolgrpo.mining.evidence import request_template
 from toolgrpo.mining.folds import fold_config, scenario_folds
-from toolgrpo.mining.report import mine_errors
+from toolgrpo.mining.miner import mine_errors
 from toolgrpo.mining.review import ReviewError, overrides_from_review
 from toolgrpo.schemas.overrides import LabelOverride
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine, write_label_overrides
 from toolgrpo.training.overrides import load_preset
-from toolgrpo.validation.wording import keyword_hits, keyword_patterns
 
 PATTERNS = keyword_patterns(CATALOGUE)
 

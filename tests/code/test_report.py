@@ -10,7 +10,7 @@ from prediction_rows import prediction_row, predictions_frame
 
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import evaluation_rows
-from toolgrpo.mining.report import mine_errors
+from toolgrpo.mining.miner import mine_errors
 from toolgrpo.reporting.headline import headline_markdown
 from toolgrpo.reporting.run_report import before_after_rows, report_html, report_markdown
 from toolgrpo.schemas.run import Headline, RunSummary, StageTraining, ZeroStdGroups

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from toolgrpo.common.wording import thought_action_consistent
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.cli import generate
 from toolgrpo.generator.base_corpus import FIGURE_SEPARATOR, Passage, base_corpus
@@ -49,7 +50,6 @@ from toolgrpo.schemas.figures import figures_in
 from toolgrpo.schemas.samples import normalise_prompt
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.validate import validate_samples
-from toolgrpo.validation.wording import thought_action_consistent
 
 FILES = [
     "train/single_step.jsonl",

@@ -6,11 +6,11 @@ import hashlib
 import pytest
 
 from toolgrpo.flows import cli
-from toolgrpo.flows.base import build_base
-from toolgrpo.tasks.base import CARD_JSON, CARD_MARKDOWN, read_card
-from toolgrpo.training.base import build_key, passage_example
+from toolgrpo.flows.own_base import build_base
+from toolgrpo.tasks.own_base import CARD_JSON, CARD_MARKDOWN, read_card
 from toolgrpo.training.model import load_model
 from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.own_base import build_key, passage_example
 
 pytestmark = pytest.mark.slow
 TINY_RECIPE = {

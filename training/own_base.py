@@ -1,4 +1,4 @@
-"""Pretrain a base of our own (issue #16, lever 3): the tiny model SFT would build, trained first
+"""Pretrain a base of our own: the tiny model SFT would build, trained first
 as a plain language model on `generator.base_corpus` (numeracy exercises, and the requests and
 observations of fresh training-scenario draws), so SFT starts from a model that has read figures
 and their comparisons, as the case study's started from a pretrained Qwen.

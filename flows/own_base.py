@@ -1,8 +1,8 @@
 """The base-build flow (`toolgrpo base build`): pretrain a base of our own once, cached by content.
 
-A base is the tiny model pretrained on `generator.base_corpus` (issue #16's lever 3); SFT then
+A base is the tiny model pretrained on `generator.base_corpus`; SFT then
 starts from it (`model.base_model`). Its card holds the content key of everything the build read
-(`training.base.build_key`): a folder whose card has this config's key is this config's base and
+(`training.own_base.build_key`): a folder whose card has this config's key is this config's base and
 is not built again; a build that stopped resumes from its checkpoint when run again.
 """
 
@@ -15,12 +15,12 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
 from toolgrpo.flows.prefect_api import record_process
-from toolgrpo.tasks.base import CARD_JSON, publish_base, read_card
+from toolgrpo.tasks.own_base import CARD_JSON, publish_base, read_card
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training import Preset
-from toolgrpo.training.base import STAGE, BaseCard, base_card, build_key
 from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.own_base import STAGE, BaseCard, base_card, build_key
 
 
 class NotABaseFolder(ValueError):

@@ -1,6 +1,6 @@
 """Publish a built base: its model folder and card, replaced whole, and the card as an artifact.
 
-The work is `toolgrpo.training.base` (no Prefect); this module writes the folder people and
+The work is `toolgrpo.training.own_base` (no Prefect); this module writes the folder people and
 SFT read.
 """
 
@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from toolgrpo.schemas.files import replace_dir
-from toolgrpo.training.base import BaseCard
+from toolgrpo.training.own_base import BaseCard
 
 CARD_JSON = "base_card.json"
 CARD_MARKDOWN = "README.md"
