@@ -69,7 +69,7 @@ def passage_example(
 
 
 # The modules a base build runs (the config's settings enter the key as values, not as code).
-BUILD_CODE = ("base", "chat", "metrics", "model", "samples", "sft", "stage")
+BUILD_CODE = ("own_base", "chat", "metrics", "model", "samples", "sft", "stage")
 # SFT's fields a build does not read: it trains its own epochs at its own peak, on every token.
 _SFT_NOT_READ = {"multistep_fraction", "num_train_epochs", "learning_rate", "completion_only_loss"}
 
