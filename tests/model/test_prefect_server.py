@@ -150,6 +150,18 @@ def webhook_receiver() -> Iterator[tuple[str, list[dict]]]:
         yield receiver
 
 
+def _alert_to(hook: str, url: str, env: dict) -> None:
+    """A webhook block posting to `hook`, and the failure automation sending through it."""
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        CustomWebhookNotificationBlock(
+            name="toolgrpo-hook", url=hook, json_data={"text": "{{body}}"}
+        ).save("toolgrpo-hook", overwrite=True)
+    created = _toolgrpo(env, "notify-on-failure", "--block", "custom-webhook/toolgrpo-hook")
+    assert created.returncode == 0, created.stderr
+
+
 def test_a_failed_deployment_run_sends_a_notification_that_links_to_it(
     server, webhook_receiver, tmp_path
 ):
@@ -158,17 +170,11 @@ def test_a_failed_deployment_run_sends_a_notification_that_links_to_it(
     url, env = server
     hook, received = webhook_receiver
     from prefect import tags
-    from prefect.blocks.notifications import CustomWebhookNotificationBlock
 
     from toolgrpo.flows.data_quality import data_quality
     from toolgrpo.flows.deployments import DATA_QUALITY_DEPLOYMENT
 
-    with temporary_settings({PREFECT_API_URL: url}):
-        CustomWebhookNotificationBlock(
-            name="toolgrpo-hook", url=hook, json_data={"text": "{{body}}"}
-        ).save("toolgrpo-hook", overwrite=True)
-    created = _toolgrpo(env, "notify-on-failure", "--block", "custom-webhook/toolgrpo-hook")
-    assert created.returncode == 0, created.stderr
+    _alert_to(hook, url, env)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{\n", encoding="utf-8")
     with temporary_settings({PREFECT_API_URL: url}), tags(DATA_QUALITY_DEPLOYMENT):
@@ -222,14 +228,7 @@ def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
     failure automation alerts on it."""
     url, env = server
     hook, received = webhook_receiver
-    from prefect.blocks.notifications import CustomWebhookNotificationBlock
-
-    with temporary_settings({PREFECT_API_URL: url}):
-        CustomWebhookNotificationBlock(
-            name="toolgrpo-hook", url=hook, json_data={"text": "{{body}}"}
-        ).save("toolgrpo-hook", overwrite=True)
-    created = _toolgrpo(env, "notify-on-failure", "--block", "custom-webhook/toolgrpo-hook")
-    assert created.returncode == 0, created.stderr
+    _alert_to(hook, url, env)
     serving = subprocess.Popen(
         [BIN / "toolgrpo", "serve", "--preset", "smoke", "--out", tmp_path],
         env=env,
