@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.training.config import GRPO_LAYOUT_UNSET, Scope, TrainConfig, ZeroStdOn
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.stage import saved_checkpoints
 
 Start = Literal["single_only", "partial", "default"]
@@ -87,14 +87,15 @@ def arm_config(start: TrainConfig, arm: Arm, steps: int, eval_every: int) -> Tra
     """The GRPO config of one arm: the start's config with this advantage estimator, a
     checkpoint every `eval_every` steps, and room to keep all of them for evaluation."""
     scope, zero_std_on = ARM_ESTIMATORS[arm]
-    return start.with_overrides(
+    return with_overrides(
+        start,
         {
             "grpo.ngrpo_scope": scope,
             "grpo.ngrpo_zero_std_on": zero_std_on,
             "grpo.max_steps": steps,
             "runtime.save_steps": eval_every,
             "runtime.save_total_limit": math.ceil(steps / eval_every) + 1,
-        }
+        },
     )
 
 

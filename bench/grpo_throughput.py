@@ -53,7 +53,7 @@ from transformers import AutoTokenizer
 from toolgrpo.training.config import GRPO_LAYOUT_UNSET, TrainConfig
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.samples import read_samples
 
 PRESET = "cpu"
@@ -153,7 +153,7 @@ def arm_config(arm: Arm, min_prompts: int, seed: int) -> tuple[TrainConfig, int,
     cycles = max(1, math.ceil(min_prompts / prompts))
     untimed = steps if arm.processes > 1 else 0
     overrides = {"grpo.max_steps": untimed + steps * cycles, "runtime.save_steps": 10**6}
-    return config.with_overrides(overrides), untimed, cycles * prompts
+    return with_overrides(config, overrides), untimed, cycles * prompts
 
 
 def _mean(lines: list[dict[str, Any]], key: str) -> float:

@@ -35,7 +35,7 @@ import cyclopts
 from toolgrpo.tasks.train import stage_command
 from toolgrpo.training.config import CONFIG_FILENAME, GRPO_LAYOUT_UNSET, TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.samples import sft_rows
 
 PRESET = "cpu"
@@ -90,10 +90,10 @@ def stage_config(stage: str, arm: Arm, steps: int) -> TrainConfig:
     }
     config = load_preset(PRESET, overrides)
     if stage == "grpo":
-        return config.with_overrides({"grpo.max_steps": steps})
+        return with_overrides(config, {"grpo.max_steps": steps})
     rows_per_step = config.sft.rows_per_process_step * arm.processes
     steps_per_epoch = math.ceil(len(sft_rows(config)) / rows_per_step)
-    return config.with_overrides({"sft.num_train_epochs": steps / steps_per_epoch})
+    return with_overrides(config, {"sft.num_train_epochs": steps / steps_per_epoch})
 
 
 def run_arm(stage: str, arm: Arm, steps: int, model: Path | None, work_dir: Path) -> Timing:

@@ -152,7 +152,7 @@ def build_base(
 
     try:
         overrides = config_overrides(set_ or [])
-        load_preset(preset).with_overrides(overrides)
+        load_preset(preset, overrides)
         check_out(out)
     except ValueError as error:  # ConfigError and NotABaseFolder included
         say(f"toolgrpo base build: {error}", error=True)

@@ -19,7 +19,7 @@ from toolgrpo.tasks.own_base import CARD_JSON, publish_base, read_card
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training import Preset
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.own_base import STAGE, BaseCard, base_card, build_key
 
 
@@ -69,7 +69,7 @@ def build_base(
     check_out(out)
     logger = get_run_logger()
     overrides = overrides or {}
-    config = load_preset(preset).with_overrides(overrides)
+    config = with_overrides(load_preset(preset), overrides)
     key = build_key(config)
     existing = read_card(out)
     if existing is not None and existing.key == key:

@@ -46,7 +46,7 @@ from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_train
 from toolgrpo.training import Preset
 from toolgrpo.training.config import ConfigError, TrainConfig
 from toolgrpo.training.metrics import read_metrics
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 
 CATALOGUE_FILE = "catalogue.json"
 # Every retrain run's tags, from the CLI or a deployment (which adds its own name).
@@ -178,7 +178,7 @@ def retrain(
     if not gate.ok:
         return failed_gate(gate)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)
     gated = write_training_rows(loaded.frame, train_files, aux, run_dir / "data")
-    train_config = requested.with_overrides({**gated, "data.catalogue": catalogue_copy})
+    train_config = with_overrides(requested, {**gated, "data.catalogue": catalogue_copy})
     max_rows = train_config.runtime.eval_max_rows
     train_rows = evaluation_rows(rows_of(loaded.frame, train_files), max_rows)
     eval_rows = evaluation_rows(rows_of(loaded.frame, eval_files), max_rows)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from toolgrpo.training.config import TrainConfig
+from toolgrpo.training.overrides import with_overrides
 
 
 def scenario_folds(scenarios: Iterable[tuple[str, str]], folds: int, seed: int) -> list[set[str]]:
@@ -44,6 +45,6 @@ def fold_config(config: TrainConfig, single_step: Path, multistep: Path) -> Trai
     of 6 left fold models at 2-30% tool accuracy, and the smoke-size model at 0%, whose
     probabilities flag most rows (docs/experiments/label-checks.md).
     """
-    return config.with_overrides(
-        {"data.train_single_step": single_step, "data.train_multistep": multistep}
+    return with_overrides(
+        config, {"data.train_single_step": single_step, "data.train_multistep": multistep}
     )

@@ -25,7 +25,8 @@ argparse's. Pydantic keeps one-line errors that name the dotted field, rejects u
 (with the closest known one), and does not import TRL, so the flows can read a config without
 loading torch.
 
-Presets, dotted overrides and their typed form are `training.overrides`.
+Presets, dotted overrides (`with_overrides`) and their typed form are `training.overrides`,
+which builds on this module.
 """
 
 from __future__ import annotations
@@ -681,13 +682,6 @@ class TrainConfig(Section):
             "MLFLOW_TAGS": json.dumps({"stage": stage_dir.name, **(tags or {})}),
         }
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
-        """This config with dotted-path `overrides` applied and validated again."""
-        # the override machinery builds on this module; imported here, not at the top, for that
-        from toolgrpo.training.overrides import overridden
-
-        return overridden(self.model_dump(), overrides, f"preset {self.preset!r}")
-
     def for_training_files(self, train_files: list[Path], aux_given: bool) -> TrainConfig:
         """This config for a run on `train_files`. A preset's auxiliary rows are written for its
         own training files (the `cpu` preset's are the shipped finance requests paraphrased), so
@@ -696,7 +690,7 @@ class TrainConfig(Section):
         own = [path.resolve() for path in self.data.training_files()]
         if aux_given or not self.data.aux_share or [p.resolve() for p in train_files] == own:
             return self
-        return self.with_overrides({"data.aux_share": 0.0})
+        return self.model_copy(update={"data": self.data.model_copy(update={"aux_share": 0.0})})
 
     def write(self, path: Path | str) -> Path:
         """Write the config as JSON (the file `read_config` loads back)."""

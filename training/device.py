@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from toolgrpo.common.cpus import usable_cpus
 from toolgrpo.training.config import ConfigError, RuntimeSection, TrainConfig, accelerate_engine
+from toolgrpo.training.overrides import with_overrides
 
 
 class Placement(NamedTuple):
@@ -86,7 +87,7 @@ def place(
             if getattr(getattr(config, section), field):
                 changes[path] = False
                 turned_off.append(f"{name} off ({path}=false)")
-    placed = config.with_overrides(changes)
+    placed = with_overrides(config, changes)
     _check_engines(placed, installed)
     if device == "cpu" and (requested == "auto" or turned_off):
         reason = "no CUDA device" if requested == "auto" else "runtime.device=cpu"

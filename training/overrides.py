@@ -233,6 +233,11 @@ def _validated(values: dict[str, Any], source: str) -> TrainConfig:
         raise ConfigError(f"{source}: invalid training config: {problems}") from None
 
 
+def with_overrides(config: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+    """`config` with dotted-path `overrides` applied and validated again."""
+    return overridden(config.model_dump(), overrides, f"preset {config.preset!r}")
+
+
 def overridden(values: dict[str, Any], overrides: Mapping[str, Any], source: str) -> TrainConfig:
     """`values` (nested, as in a preset) with each dotted override set, validated."""
     known = overridable_fields()

@@ -15,7 +15,7 @@ from toolgrpo.training.arithmetic import (
 )
 from toolgrpo.training.grpo import grpo_dataset, reward_functions
 from toolgrpo.training.model import train_tokenizer
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.rewards import RewardWeights
 
 POINTS = RewardWeights(arithmetic=0.2)
@@ -120,7 +120,7 @@ def test_arithmetic_reward_never_raises_and_stays_within_bounds(completion_value
 
 def test_grpo_scores_arithmetic_only_when_it_has_points(tmp_path):
     off = load_preset("smoke")
-    on = off.with_overrides({"grpo.reward_points.arithmetic": 0.2})
+    on = with_overrides(off, {"grpo.reward_points.arithmetic": 0.2})
     catalogue = off.data.tool_catalogue()
     names = [f.func.__name__ for f in reward_functions(off, catalogue)]
     assert names == ["tool_reward", "params_reward", "reasoning_reward"]

@@ -17,7 +17,7 @@ from toolgrpo.evaluation.device import (
 from toolgrpo.training.config import ConfigError
 from toolgrpo.training.device import place
 from toolgrpo.training.model import BaseModelError, fit_chat_tokenizer, train_tokenizer
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 
 EVERYTHING_INSTALLED = {"installed": lambda package: True}
 NOTHING_INSTALLED = {"installed": lambda package: False}
@@ -136,8 +136,8 @@ def test_zero3_shards_full_fine_tuning_and_a_config_file_path_is_accepted(tmp_pa
 
 def test_where_vllm_runs_does_not_change_the_weights_key():
     config = load_preset("gpu", {"grpo.use_vllm": True})
-    server = config.with_overrides(
-        {"grpo.vllm_mode": "server", "grpo.vllm_server_base_url": "http://vllm:8000"}
+    server = with_overrides(
+        config, {"grpo.vllm_mode": "server", "grpo.vllm_server_base_url": "http://vllm:8000"}
     )
     assert server.weights_key() == config.weights_key()
     assert config.weights_key() != load_preset("gpu").weights_key()
@@ -184,7 +184,7 @@ def test_a_cuda_trained_model_without_cuda_falls_back_to_the_cpu_with_a_note():
 
 
 def test_vllm_decodes_only_when_the_stage_used_it_and_it_is_installed():
-    with_vllm = CUDA_TRAINED.with_overrides({"grpo.use_vllm": True})
+    with_vllm = with_overrides(CUDA_TRAINED, {"grpo.use_vllm": True})
     assert _choose(with_vllm, vllm_installed=True).vllm
     assert not _choose(with_vllm, vllm_installed=False).vllm
     assert not _choose(CUDA_TRAINED, vllm_installed=True).vllm

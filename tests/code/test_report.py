@@ -15,7 +15,7 @@ from toolgrpo.reporting.headline import headline_markdown
 from toolgrpo.reporting.run_report import before_after_rows, report_html, report_markdown
 from toolgrpo.schemas.run import Headline, RunSummary, StageTraining, ZeroStdGroups
 from toolgrpo.tasks.train import fingerprint, training_code
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 
 
 def _headline(value: float, sources: tuple[str, ...] = ("eval/a", "eval/b")) -> Headline:
@@ -52,10 +52,10 @@ def test_fingerprint_follows_data_and_config_but_not_data_paths_or_runtime(tmp_p
     rows.write_text('{"id": "a"}\n', encoding="utf-8")
     config = load_preset("smoke")
     key = fingerprint([rows], config)
-    moved = config.with_overrides({"data.train_single_step": tmp_path / "elsewhere.jsonl"})
+    moved = with_overrides(config, {"data.train_single_step": tmp_path / "elsewhere.jsonl"})
     assert fingerprint([rows], moved) == key
-    assert fingerprint([rows], config.with_overrides({"runtime.torch_threads": 1})) == key
-    assert fingerprint([rows], config.with_overrides({"grpo.max_steps": 9})) != key
+    assert fingerprint([rows], with_overrides(config, {"runtime.torch_threads": 1})) == key
+    assert fingerprint([rows], with_overrides(config, {"grpo.max_steps": 9})) != key
     rows.write_text('{"id": "b"}\n', encoding="utf-8")
     assert fingerprint([rows], config) != key
 

@@ -24,7 +24,7 @@ from toolgrpo.tasks.train import (
 from toolgrpo.training import device
 from toolgrpo.training.config import CONFIG_FILENAME, trl_accelerate_configs
 from toolgrpo.training.device import stage_threads
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 
 
 def test_one_process_runs_python_m_training():
@@ -51,7 +51,7 @@ def test_cpu_preset_runs_sft_as_one_process_and_grpo_as_two_processes_sharing_th
     assert _option(command, "--num_processes") == "2"
     # Unset, GRPO runs as the runtime section says.
     unset = {"runtime.grpo.num_processes": None, "runtime.torch_threads": 3}
-    runtime = config.with_overrides(unset).for_stage("grpo").runtime
+    runtime = with_overrides(config, unset).for_stage("grpo").runtime
     assert (runtime.num_processes, stage_threads(runtime)) == (1, 3)
 
 

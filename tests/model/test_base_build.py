@@ -9,7 +9,7 @@ from toolgrpo.flows import cli
 from toolgrpo.flows.own_base import build_base
 from toolgrpo.tasks.own_base import CARD_JSON, CARD_MARKDOWN, read_card
 from toolgrpo.training.model import load_model
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.own_base import build_key, passage_example
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def test_a_build_writes_a_loadable_model_with_its_card(built):
     out = root / "base"
     assert first.built and first.card.steps > 0
     assert read_card(out) == first.card
-    assert first.card.key == build_key(load_preset("smoke").with_overrides(TINY_RECIPE))
+    assert first.card.key == build_key(with_overrides(load_preset("smoke"), TINY_RECIPE))
     assert first.card.weights_sha256 == _weights_hash(out)
     card_text = (out / CARD_MARKDOWN).read_text()
     assert "toolgrpo base build --preset smoke" in card_text
@@ -74,11 +74,11 @@ def test_requests_are_learned_whole_and_exercises_and_drills_on_their_answer(bui
 def test_the_key_follows_what_the_build_reads_not_the_later_stages():
     config = load_preset("cpu")
     key = build_key(config)
-    assert build_key(config.with_overrides({"base.exercise_rounds": 3})) != key
-    assert build_key(config.with_overrides({"sft.per_device_train_batch_size": 8})) != key
+    assert build_key(with_overrides(config, {"base.exercise_rounds": 3})) != key
+    assert build_key(with_overrides(config, {"sft.per_device_train_batch_size": 8})) != key
     for later in ("sft.num_train_epochs", "grpo.max_steps", "runtime.torch_threads"):
-        assert build_key(config.with_overrides({later: 1})) == key, later
-    assert build_key(config.with_overrides({"model.base_model": "/elsewhere"})) == key
+        assert build_key(with_overrides(config, {later: 1})) == key, later
+    assert build_key(with_overrides(config, {"model.base_model": "/elsewhere"})) == key
 
 
 def test_a_folder_that_holds_no_base_is_refused_before_anything_runs(tmp_path, capsys):

@@ -9,7 +9,7 @@ from prefect.logging import disable_run_logger
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training.config import ConfigError
 from toolgrpo.training.metrics import METRICS_FILENAME
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.stage import saved_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def test_checkpoints_of_other_inputs_are_refused_and_left_as_they_were(prefect_h
     with disable_run_logger():
         train_stage.fn("sft", run_dir, config, timeout_s=600, resume_key="inputs")
         before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
-        other = config.with_overrides({"seed": 1})
+        other = with_overrides(config, {"seed": 1})
         with pytest.raises(ConfigError, match="holds checkpoints of other inputs"):
             train_stage.fn("sft", run_dir, other, timeout_s=600, resume_key="other inputs")
 
