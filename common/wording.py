@@ -1,8 +1,9 @@
 """The wording of a request: which tools its words name (the catalogue's keywords, en and zh).
 
 The miner's wording evidence and the context checks' `step_named_by_request` read a request
-the same way: accounts, symbols and named accounts masked (they are slot values, not wording),
-then each tool's keywords matched.
+through one function, `request_names`: accounts, symbols and named accounts masked (they are
+slot values, not wording), then each tool's keywords matched, a word inside another tool's
+longer keyword left to that tool.
 """
 
 from __future__ import annotations
@@ -85,17 +86,9 @@ def _matches(text: str, patterns: dict[str, ToolKeywords]) -> Iterator[tuple[str
 
 
 def keyword_hits(request: str, patterns: dict[str, ToolKeywords]) -> dict[str, list[str]]:
-    """Per tool, the words of `request` matching its keywords (`keyword_patterns`); tools with
-    no match are left out."""
-    hits: dict[str, list[str]] = {}
-    for name, match in _matches(request, patterns):
-        hits.setdefault(name, []).append(match.group(0))
-    return hits
-
-
-def outer_keyword_hits(request: str, patterns: dict[str, ToolKeywords]) -> dict[str, list[str]]:
-    """`keyword_hits` without the hits inside a longer hit of another tool: "stop the music"
-    names stop_music, not also play_music ("music")."""
+    """Per tool, the words of `request` matching its keywords (`keyword_patterns`), a hit inside
+    a longer hit of another tool left to that tool ("stop the music" names stop_music, not also
+    play_music's "music"); tools with no match are left out."""
     spans = [
         (match.start(), match.end(), name, match.group(0))
         for name, match in _matches(request, patterns)
@@ -250,3 +243,14 @@ def thought_action_consistent(completion: object, catalogue: Catalogue | None = 
         return False
     announced = announcement(thought, catalogue).tools
     return not announced or tool in announced
+
+
+@cache
+def _catalogue_patterns(catalogue: Catalogue) -> dict[str, ToolKeywords]:
+    return keyword_patterns(catalogue)
+
+
+def request_names(request: str, catalogue: Catalogue) -> dict[str, list[str]]:
+    """Per tool, the words of `request` that name it: its identifiers masked, then
+    `keyword_hits` with the catalogue's keywords. The one reading of a request's wording."""
+    return keyword_hits(mask_identifiers(request), _catalogue_patterns(catalogue))

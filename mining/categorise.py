@@ -34,11 +34,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolgrpo.common.wording import (
-    keyword_hits,
-    keyword_patterns,
-    mask_identifiers,
-)
+from toolgrpo.common.wording import request_names
 from toolgrpo.mining.confident import label_quality
 from toolgrpo.mining.evidence import request_template
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
@@ -246,10 +242,9 @@ def categorise(
         for frame in scored.values()
         for row_id, probabilities in _probabilities(frame, catalogue).items()
     }
-    patterns = keyword_patterns(catalogue)
     findings = []
     for index, row in enumerate(rows.iter_rows(named=True)):
-        hits = keyword_hits(mask_identifiers(request_text(row["prompt"])), patterns)
+        hits = request_names(request_text(row["prompt"]), catalogue)
         # A label its context contradicts is no evidence about the labels of its neighbours.
         duplicates = [
             (i, t) for i, t in by_text[row["_same"]] if i != row["id"] and i not in context

@@ -49,15 +49,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, NamedTuple
 
 from toolgrpo.common.wording import (
-    ToolKeywords,
     announcement,
-    keyword_patterns,
-    mask_identifiers,
-    outer_keyword_hits,
+    request_names,
     thought_action_consistent,
 )
 from toolgrpo.schemas.catalogue import Catalogue
@@ -260,17 +256,6 @@ def step_not_repeated(
         f"calls {label.tool} {how}, though its history shows step {label.step - 1} "
         f"done: {done.tool} → {done.observation}",
     )
-
-
-@cache
-def _request_patterns(catalogue: Catalogue) -> dict[str, ToolKeywords]:
-    return keyword_patterns(catalogue)
-
-
-def request_names(request: str, catalogue: Catalogue) -> dict[str, list[str]]:
-    """Per tool, the words of `request` that name it (`common.wording`), a word inside a
-    longer keyword of another tool left to that tool."""
-    return outer_keyword_hits(mask_identifiers(request), _request_patterns(catalogue))
 
 
 def step_named_by_request(

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from toolgrpo.common.wording import FOLDED_ONTO_ASCII, tool_keywords
+from toolgrpo.common.wording import FOLDED_ONTO_ASCII, request_names, tool_keywords
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.figures import AMOUNT, Amount, amounts_in
 from toolgrpo.schemas.params_check import polars_compiles
@@ -34,7 +34,6 @@ from toolgrpo.validation.label_rules import (
     consistent_thought,
     figures_verdict,
     params_match_request,
-    request_names,
 )
 from toolgrpo.validation.spread import Spread
 from toolgrpo.validation.stated_values import (
