@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 FILES = ["eval/multistep", "eval/single_step", "eval/unseen_phrasing"]
-KINDS = ["amount comparison", "order cost", "price limit"]
+KINDS = ["check_balance", "check_balance and get_quote", "get_quote"]
 BRANCHES = ["fails", "holds"]
-CONDITIONS = [f"eval/multistep · {kind} {branch}" for kind in KINDS for branch in BRANCHES]
+CONDITIONS = [f"eval/multistep · after {kind} · {branch}" for kind in KINDS for branch in BRANCHES]
 
 
 def right_of(summary: dict[str, Any], stage: str, key: str) -> tuple[int, int]:

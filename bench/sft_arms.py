@@ -32,6 +32,7 @@ import yaml
 from toolgrpo.data import DATA_DIR
 from toolgrpo.evaluation.metrics import compute_metrics
 from toolgrpo.evaluation.predict import EvalSettings, predict, sample_source
+from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.completion import completion_text, first_json_object
 from toolgrpo.schemas.samples import split_prompt
 from toolgrpo.training.arithmetic import stated_comparison
@@ -109,17 +110,19 @@ def copying_cells(predictions: pl.DataFrame) -> dict[str, str]:
     them (issue #16's arithmetic check, `training.arithmetic.stated_comparison`), split by
     whether the two figures' lengths differ; of the equal-length ones whose thought writes a pair
     of digits (`decided`, `walked` forms), how many wrote the pair that decides."""
+    catalogue = default_catalogue()
     conditional = predictions.filter(pl.col("condition").is_not_null())
     stated = acted_on = 0
     by_length = {row: [0, 0] for row in ACTED_BY_LENGTH.values()}  # acted on, stated
     pairs = [0, 0]  # the deciding pair, a pair written
     for row in conditional.iter_rows(named=True):
-        checked = stated_comparison(row["completion"], row["prompt"], row["condition"])
+        checked = stated_comparison(row["completion"], row["prompt"], row["condition"], catalogue)
         figures, acted = checked or (False, False)
         if not figures:
             continue
         stated, acted_on = stated + 1, acted_on + acted
-        compared = condition_verdict(*split_prompt(row["prompt"])).compared
+        verdict = condition_verdict(*split_prompt(row["prompt"]), catalogue)
+        compared = verdict.compared if verdict else (0.0, 0.0)
         wholes = [str(int(figure)) for figure in compared]
         equal_lengths = len(wholes[0]) == len(wholes[1])
         tally = by_length[ACTED_BY_LENGTH[not equal_lengths]]

@@ -30,36 +30,30 @@ class SliceMetrics(BaseModel):
     consistent: float | None = Field(description="share of parseable outputs")
 
 
-# What a conditional step compares, told apart by the tools its earlier steps called (so rows of
-# any scenario, not only the generator's patterns, are placed).
-AMOUNT_COMPARISON = "amount comparison"  # check_balance: the amount asked vs the balance
-ORDER_COST = "order cost"  # check_balance and get_quote: quantity × price vs the balance
-PRICE_LIMIT = "price limit"  # get_quote: the quoted price vs the request's limit
-
-
 def _executed(prompt: pl.Expr, tool: str) -> pl.Expr:
     """Does the prompt's `Previous steps:` history list a call of `tool`?"""
     return prompt.str.contains(history_line_pattern(tool))
 
 
-def comparison_kind(prompt: pl.Expr) -> pl.Expr:
-    """`amount comparison` / `order cost` / `price limit` from a prompt's executed steps."""
-    balance, quote = _executed(prompt, "check_balance"), _executed(prompt, "get_quote")
-    return (
-        pl.when(balance & quote)
-        .then(pl.lit(ORDER_COST))
-        .when(balance)
-        .then(pl.lit(AMOUNT_COMPARISON))
-        .when(quote)
-        .then(pl.lit(PRICE_LIMIT))
-        .otherwise(None)
-    )
+def comparison_kind(prompt: pl.Expr, catalogue: Catalogue) -> pl.Expr:
+    """What a conditional step's condition reads, named by the tools that reported it: the
+    catalogue's budget and reading tools (`reports`) its history called (`check_balance and
+    get_quote`); in a catalogue that declares none, the latest step's tool (`read_sensor`).
+    Null: its history called none of them."""
+    reporting = [*catalogue.reporting("budget"), *catalogue.reporting("reading")]
+    if not reporting:
+        calls = prompt.str.extract_all(history_line_pattern().removesuffix("$"))
+        return calls.list.last().str.extract(r"^Step \d+: (\S+) →")
+    called = [pl.when(_executed(prompt, tool)).then(pl.lit(tool)) for tool in reporting]
+    kind = pl.concat_str(called, separator=" and ", ignore_nulls=True)
+    return pl.when(kind != "").then(kind)
 
 
-def condition_row(source: str, kind: str, branch: str) -> str:
+def condition_row(source: str, kind: str | None, branch: str) -> str:
     """The row name of one file's conditional steps of one kind and branch:
-    `eval/multistep · amount comparison holds`."""
-    return f"{source} · {kind} {branch.removeprefix('condition_')}"
+    `eval/multistep · after check_balance · holds`."""
+    fails_or_holds = branch.removeprefix("condition_")
+    return f"{source} · after {kind} · {fails_or_holds}" if kind else f"{source} · {fails_or_holds}"
 
 
 class Confusion(BaseModel):
@@ -100,13 +94,13 @@ RATES = {
 _SLICE_COLUMNS = ["kind", "step", "lang", "label_tool", "source", "branch"]
 
 
-def _with_outcome(predictions: pl.DataFrame) -> pl.DataFrame:
+def _with_outcome(predictions: pl.DataFrame, catalogue: Catalogue) -> pl.DataFrame:
     if "condition" not in predictions.columns:  # written before the contract had conditions
         predictions = predictions.with_columns(NO_CONDITION)
     return predictions.with_columns(
         correct=(pl.col("predicted_tool") == pl.col("label_tool")).fill_null(False),
         branch=condition_branch(pl.col("condition"), pl.col("kind"), pl.col("label_tool")),
-        comparison=comparison_kind(pl.col("prompt")),
+        comparison=comparison_kind(pl.col("prompt"), catalogue),
         step=pl.col("step").cast(pl.String),
     )
 
@@ -129,7 +123,7 @@ def _rate(frame: pl.DataFrame) -> float | None:
 def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = None) -> EvalMetrics:
     """Tool accuracy overall and by slice, format rates, scenario accuracy, confusion matrix."""
     catalogue = catalogue or default_catalogue()
-    frame = _with_outcome(predictions)
+    frame = _with_outcome(predictions, catalogue)
     multi = frame.filter(pl.col("kind") == "multi")
     pooled = {
         "overall": frame,
@@ -150,9 +144,8 @@ def compute_metrics(predictions: pl.DataFrame, catalogue: Catalogue | None = Non
     conditions = {
         condition_row(source, kind, branch): rows
         for (source, kind, branch), rows in sorted(
-            frame.filter(pl.col("branch").is_not_null())
-            .with_columns(pl.col("comparison").fill_null("other"))
-            .group_by("source", "comparison", "branch")
+            frame.filter(pl.col("branch").is_not_null()).group_by("source", "comparison", "branch"),
+            key=lambda group: [part or "" for part in group[0]],  # a null kind first
         )
     }
     headline = Headline(

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterator
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import fastjsonschema
@@ -171,6 +171,12 @@ class Bilingual(BaseModel):
         return [value] if isinstance(value, str) else list(value)
 
 
+# What a tool's observation can be to a conditional step: the figure an amount must fit in (a
+# balance, a quota, free seats), or a figure compared with the request's limit or multiplied by
+# its quantity (a price, a sensor reading).
+FigureRole = Literal["budget", "reading"]
+
+
 class Tool(BaseModel):
     """One callable tool: what it does, the words that ask for it, and its params' JSON Schema."""
 
@@ -179,6 +185,12 @@ class Tool(BaseModel):
     description: Bilingual
     keywords: Bilingual
     params: dict[str, Any]
+    reports: FigureRole | None = Field(
+        None,
+        description="what its observation is to a conditional step that follows it: a `budget` "
+        "an amount must fit in, or a `reading` compared with a limit (or times a quantity, "
+        "against a budget); left out, a condition reads the latest step's observation",
+    )
 
 
 class Catalogue(BaseModel):
@@ -215,6 +227,10 @@ class Catalogue(BaseModel):
 
     def tool(self, name: str) -> Tool:
         return {tool.name: tool for tool in self.tools}[name]
+
+    def reporting(self, role: FigureRole) -> tuple[str, ...]:
+        """The tools whose observation is a `role` figure, in catalogue order."""
+        return tuple(tool.name for tool in self.tools if tool.reports == role)
 
     @cached_property
     def _validators(self) -> dict[str, Any]:

@@ -35,8 +35,8 @@ class Headline(BaseModel):
     )
     by_condition: dict[str, float | None] = Field(
         default_factory=dict,
-        description="conditional steps per data file, comparison kind and branch, by "
-        "`condition_row` (`eval/multistep · order cost fails`)",
+        description="conditional steps per data file, the tools whose figures the condition "
+        "reads, and branch, by `condition_row` (`eval/multistep · after check_balance · fails`)",
     )
     n: dict[str, int] = Field(
         default_factory=dict,

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -289,11 +290,11 @@ def step_named_by_request(
     )
 
 
-def _observed(history: dict[int, ExecutedStep], tool: str) -> str | None:
-    """What the latest executed `tool` step reports (a balance, a price), as written."""
+def _observed(history: dict[int, ExecutedStep], tools: Collection[str]) -> Observed | None:
+    """The latest executed step of one of `tools`: its tool and what it reports, as written."""
     for step in sorted(history, reverse=True):
-        if history[step].tool == tool:
-            return history[step].observation
+        if history[step].tool in tools:
+            return Observed(history[step].tool, history[step].observation)
     return None
 
 
@@ -315,56 +316,68 @@ def _price_limit(request: str) -> tuple[Amount, bool] | None:
     return limits[0] if len(limits) == 1 else None
 
 
+class Observed(NamedTuple):
+    """What an executed step reported: its tool and its observation, as written."""
+
+    tool: str
+    text: str
+
+
 class Verdict(NamedTuple):
     """Whether a prompt's figures meet its request's condition, why, and the two figures the
-    condition compares (the balance and the amount or cost; the quote and the limit)."""
+    condition compares (the budget and the amount or cost; the reading and the limit)."""
 
     holds: bool
     why: str
     compared: tuple[float, float]
 
 
-def condition_verdict(request: str, history: dict[int, ExecutedStep]) -> Verdict | None:
+def condition_verdict(
+    request: str, history: dict[int, ExecutedStep], catalogue: Catalogue
+) -> Verdict | None:
     """What the figures of a conditional step's prompt (its request and executed steps) say;
     None when the figures needed do not parse."""
-    balance, quote = _observed(history, "check_balance"), _observed(history, "get_quote")
-    latest = history[max(history)].observation if history else None
-    return figures_verdict(request, balance, quote, latest)
+    budget = _observed(history, catalogue.reporting("budget"))
+    reading = _observed(history, catalogue.reporting("reading"))
+    if budget is None and reading is None and history:
+        latest = history[max(history)]
+        reading = Observed(latest.tool, latest.observation)
+    return figures_verdict(request, budget, reading)
 
 
 def figures_verdict(
-    request: str, balance_seen: str | None, quote_seen: str | None, latest_seen: str | None = None
+    request: str, budget_seen: Observed | None, reading_seen: Observed | None
 ) -> Verdict | None:
-    """`condition_verdict` from the request and what the latest balance and quote steps
-    report (None: no such step); without either, the latest step's observation, read like a
-    quote against a limit in any catalogue ("if the bedroom is below 19 degrees, …" after
-    `read_sensor → bedroom 17.5 degrees`)."""
-    reading = "quote"
-    if balance_seen is None and quote_seen is None and latest_seen is not None:
-        quote_seen, reading = latest_seen, "reading"
-    balance, price = _sole_amount(balance_seen), _sole_amount(quote_seen)
+    """`condition_verdict` from the request and what the latest budget and reading steps
+    report (the catalogue's `reports`; None: no such step). A catalogue that declares none has
+    its latest step's observation read against a limit ("if the bedroom is below 19 degrees,
+    …" after `read_sensor → bedroom 17.5 degrees`)."""
+    budget = _sole_amount(budget_seen.text) if budget_seen else None
+    reading = _sole_amount(reading_seen.text) if reading_seen else None
     asked = amounts_in(request)
-    if balance is not None and price is not None and len(asked) == 1:
-        cost = asked[0].value * price.value
-        holds = balance.value >= cost
+    if budget is not None and budget_seen is not None and len(asked) == 1:
+        the_budget = f"the {budget_seen.tool} budget {described(budget)}"
+        if reading is not None and reading_seen is not None:
+            cost = asked[0].value * reading.value
+            holds = budget.value >= cost
+            verb = "covers" if holds else "falls short of"
+            why = f"{the_budget} {verb} {asked[0].text} × {reading.text} = {number_text(cost)}"
+            return Verdict(holds, why, (budget.value, cost))
+        holds = budget.value >= asked[0].value
         verb = "covers" if holds else "falls short of"
-        why = (
-            f"the balance {described(balance)} {verb} {asked[0].text} × {price.text} = "
-            f"{number_text(cost)}"
+        return Verdict(
+            holds, f"{the_budget} {verb} {described(asked[0])}", (budget.value, asked[0].value)
         )
-        return Verdict(holds, why, (balance.value, cost))
-    if balance is not None and price is None and len(asked) == 1:
-        holds = balance.value >= asked[0].value
-        verb = "covers" if holds else "falls short of"
-        why = f"the balance {described(balance)} {verb} {described(asked[0])}"
-        return Verdict(holds, why, (balance.value, asked[0].value))
-    limit = _price_limit(request) if price is not None and balance is None else None
-    if limit is not None and price is not None:
-        (amount, below), value = limit, price.value
+    limit = _price_limit(request) if reading is not None and budget is None else None
+    if limit is not None and reading is not None and reading_seen is not None:
+        (amount, below), value = limit, reading.value
         holds = value < amount.value if below else value > amount.value
         side = "below" if value < amount.value else "above" if value > amount.value else "at"
         wanted = "below" if below else "above"
-        why = f"the {reading} {price.text} is {side} the limit {amount.text} (wanted {wanted})"
+        why = (
+            f"the {reading_seen.tool} reading {reading.text} is {side} the limit {amount.text} "
+            f"(wanted {wanted})"
+        )
         return Verdict(holds, why, (value, amount.value))
     return None
 
@@ -376,7 +389,7 @@ def branch_matches_figures(
     and replies when they do not."""
     if label.replies is None:
         return None
-    verdict = condition_verdict(label.request, label.history)
+    verdict = condition_verdict(label.request, label.history, catalogue)
     if verdict is None or verdict.holds != label.replies:
         return None
     holds, why, _ = verdict

@@ -31,6 +31,7 @@ from toolgrpo.schemas.samples import (
 from toolgrpo.validation.label_rules import (
     RULES,
     Label,
+    Observed,
     consistent_thought,
     figures_verdict,
     params_match_request,
@@ -134,9 +135,12 @@ def _names(wording: str, catalogue: Catalogue) -> list[str]:
     return sorted(tool for tool, words in request_names(wording, catalogue).items() for _ in words)
 
 
-def _figures_hold(request: str, balance_seen: str | None, quote_seen: str | None) -> bool | None:
+def _figures_hold(request: str, budget_seen: str | None, reading_seen: str | None) -> bool | None:
     """Whether the figures meet the request's condition (`figures_verdict`); None: unread."""
-    verdict = figures_verdict(request, balance_seen, quote_seen)
+    budget, reading = (
+        None if text is None else Observed("", text) for text in (budget_seen, reading_seen)
+    )
+    verdict = figures_verdict(request, budget, reading)
     return None if verdict is None else verdict.holds
 
 
@@ -305,12 +309,13 @@ def _history_screens(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _latest_observation(lines: pl.DataFrame, tool: str) -> pl.DataFrame:
-    """Per row, what `_observed` reads: the observation of its history's latest `tool` step."""
+def _latest_observation(lines: pl.DataFrame, tools: tuple[str, ...], name: str) -> pl.DataFrame:
+    """Per row, what `_observed` reads: the observation of its history's latest step of one of
+    `tools`, as column `name`."""
     return (
-        lines.filter(pl.col("recorded_tool") == tool)
+        lines.filter(pl.col("recorded_tool").is_in(tools))
         .group_by(ROW)
-        .agg(pl.col("observation").sort_by("recorded_step").last().alias(tool))
+        .agg(pl.col("observation").sort_by("recorded_step").last().alias(name))
     )
 
 
@@ -355,8 +360,8 @@ def _request_figures(shape: str) -> tuple[Any, ...]:
     """What `figures_verdict` reads from a request of this shape (digits zeroed: which texts
     are amounts, and which is a price limit, never depends on the digits' values): how many
     amounts, the sole one's place, and the price limit's place and direction. The limit is
-    found by asking `figures_verdict` itself: with amount i made non-zero and a quote of 0, it
-    compares the quote with a non-zero limit only where amount i is the limit, and the
+    found by asking `figures_verdict` itself: with amount i made non-zero and a reading of 0, it
+    compares the reading with a non-zero limit only where amount i is the limit, and the
     condition holds only when it wants the price below."""
     matches = list(AMOUNT.finditer(shape))
     asked = _figure_at(matches[0]) if len(matches) == 1 else (None, None, None)
@@ -366,7 +371,9 @@ def _request_figures(shape: str) -> tuple[Any, ...]:
     for match in matches:
         first = match.start("number")
         one = "1" if zeros[first] == "0" else "\u0661"
-        verdict = figures_verdict(f"{zeros[:first]}{one}{zeros[first + 1 :]}", None, "0")
+        verdict = figures_verdict(
+            f"{zeros[:first]}{one}{zeros[first + 1 :]}", None, Observed("", "0")
+        )
         if verdict is not None and verdict.compared[1] != 0:
             limit = (*_figure_at(match), verdict.holds)
             break
@@ -412,20 +419,20 @@ def _with_shape_info(
 
 
 def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
-    """`conditional` (a request, the latest balance and quote seen) with `holds`:
+    """`conditional` (a request, the latest budget and reading seen) with `holds`:
     `figures_verdict(...).holds` (null: no verdict), read by polars from each text's shape
     (`_request_figures`, `_sole_figure`), and by `figures_verdict` where polars might read a
     figure otherwise."""
     frame = _with_shape_info(conditional, "request", _REQUEST_FIELDS, _request_figures, spread)
-    for tool, name in (("check_balance", "balance"), ("get_quote", "price")):
-        frame = _with_shape_info(frame, tool, _AMOUNT_FIELDS, _sole_figure, spread, f"{name}_")
+    for role, name in (("budget", "balance"), ("reading", "price")):
+        frame = _with_shape_info(frame, role, _AMOUNT_FIELDS, _sole_figure, spread, f"{name}_")
     values = {
         place: _figure_values(text, place)
         for text, place in [
             ("request", "asked"),
             ("request", "limit"),
-            ("check_balance", "balance"),
-            ("get_quote", "price"),
+            ("budget", "balance"),
+            ("reading", "price"),
         ]
     }
     frame = (
@@ -459,7 +466,7 @@ def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
         .otherwise(True)
     )
     frame = frame.with_columns(holds=holds, read=read)
-    figures = ["request", "check_balance", "get_quote"]
+    figures = ["request", "budget", "reading"]
     unread = frame.filter(~pl.col("read")).select(figures).unique()
     answers = spread.map(_figures_hold, list(unread.iter_rows()))
     unread = unread.with_columns(python=pl.Series(answers, dtype=pl.Boolean))
@@ -469,21 +476,24 @@ def _figures_holding(conditional: pl.DataFrame, spread: Spread) -> pl.DataFrame:
     )
 
 
-def _contradicted_branches(frame: pl.DataFrame, lines: pl.DataFrame, spread: Spread) -> pl.Expr:
+def _contradicted_branches(
+    frame: pl.DataFrame, lines: pl.DataFrame, catalogue: Catalogue, spread: Spread
+) -> pl.Expr:
     """Whether `branch_matches_figures` could flag the row: a conditional step whose figures
-    (`figures_verdict` of its request and latest balance and quote — without either, the latest
-    step's observation, read as a quote — read in polars by `_figures_holding`) point at the branch
+    (`figures_verdict` of its request and latest budget and reading — without either, the latest
+    step's observation as the reading — read in polars by `_figures_holding`) point at the branch
     it does not take, or whose history polars may read otherwise."""
     conditional = frame.filter(pl.col("branch").is_not_null()).select(
         ROW, "branch", request=_prompt_part("field_0")
     )
-    for tool in ("check_balance", "get_quote"):
-        conditional = conditional.join(_latest_observation(lines, tool), on=ROW, how="left")
+    for role in ("budget", "reading"):
+        observed = _latest_observation(lines, catalogue.reporting(role), role)
+        conditional = conditional.join(observed, on=ROW, how="left")
     latest = lines.group_by(ROW).agg(latest=pl.col("observation").sort_by("recorded_step").last())
-    neither = pl.col("check_balance").is_null() & pl.col("get_quote").is_null()
+    neither = pl.col("budget").is_null() & pl.col("reading").is_null()
     conditional = (
         conditional.join(latest, on=ROW, how="left")
-        .with_columns(get_quote=pl.when(neither).then(pl.col("latest")).otherwise("get_quote"))
+        .with_columns(reading=pl.when(neither).then(pl.col("latest")).otherwise("reading"))
         .drop("latest")
     )
     judged = _figures_holding(conditional, spread)
@@ -815,7 +825,7 @@ def screens(
             "thought_announces_action": _inconsistent(frame, "thought", catalogue, spread),
             "plan_starts_with_action": _inconsistent(frame, "first_planned", catalogue, spread),
             "step_named_by_request": _unnamed_last_steps(frame, lines, catalogue, spread),
-            "branch_matches_figures": _contradicted_branches(frame, lines, spread),
+            "branch_matches_figures": _contradicted_branches(frame, lines, catalogue, spread),
         }
         frame = _history_screens(frame, lines)
         flags["params_match_request"] = params.result()

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from test_rewards import any_completion, completion
 
 from toolgrpo.data import DATA_DIR
+from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.training.arithmetic import (
     arithmetic_reward,
     comparison_right,
@@ -29,6 +30,8 @@ ORDER = (
 )
 TRANSFER_PARAMS = {"from_account": "ACC010", "to_account": "ACC149", "amount": 560000}
 
+CATALOGUE = default_catalogue()
+
 
 def score(text: str, request: str = TRANSFER, condition: str | None = "holds") -> float:
     return arithmetic_reward(
@@ -47,7 +50,9 @@ def test_every_shipped_conditional_label_states_its_comparison_right(name):
     written, in any format amounts_in reads) and its action is the branch they imply."""
     conditional = [row for row in _rows(name) if row.get("condition")]
     assert len(conditional) > 40
-    verdicts = [comparison_right(r["solution"], r["prompt"], r["condition"]) for r in conditional]
+    verdicts = [
+        comparison_right(r["solution"], r["prompt"], r["condition"], CATALOGUE) for r in conditional
+    ]
     assert verdicts == [True] * len(conditional)
 
 
@@ -80,9 +85,12 @@ def test_a_transfer_condition_pays_the_stated_figures_and_the_branch_they_imply(
 )
 def test_reading_the_figures_and_acting_on_them_are_told_apart(thought, tool, expected):
     params = TRANSFER_PARAMS if tool == "transfer_funds" else {"message": "不够"}
-    assert stated_comparison(completion(thought, tool, params), TRANSFER, "holds") == expected
-    assert stated_comparison("not json", TRANSFER, "holds") == (False, False)
-    assert stated_comparison(completion(thought, tool, params), TRANSFER, None) is None
+    assert (
+        stated_comparison(completion(thought, tool, params), TRANSFER, "holds", CATALOGUE)
+        == expected
+    )
+    assert stated_comparison("not json", TRANSFER, "holds", CATALOGUE) == (False, False)
+    assert stated_comparison(completion(thought, tool, params), TRANSFER, None, CATALOGUE) is None
 
 
 def test_an_order_condition_compares_the_balance_with_quantity_times_price():

@@ -237,9 +237,17 @@ def test_a_conditional_scenario_leaves_its_unsaid_checks_alone(tmp_path):
 @pytest.mark.parametrize(
     ("balance", "second", "why"),
     [
-        ("balance 1,000,000", REPLY, "the balance 1,000,000 covers 10万 (100,000)"),
-        ("balance 99,999", TRANSFER, "the balance 99,999 falls short of 10万 (100,000)"),
-        ("balance 6 万", TRANSFER, "the balance 6 万 (60,000) falls short of 10万 (100,000)"),
+        ("balance 1,000,000", REPLY, "the check_balance budget 1,000,000 covers 10万 (100,000)"),
+        (
+            "balance 99,999",
+            TRANSFER,
+            "the check_balance budget 99,999 falls short of 10万 (100,000)",
+        ),
+        (
+            "balance 6 万",
+            TRANSFER,
+            "the check_balance budget 6 万 (60,000) falls short of 10万 (100,000)",
+        ),
     ],
 )
 def test_a_branch_the_balance_and_the_amount_asked_contradict(tmp_path, balance, second, why):
@@ -567,8 +575,8 @@ def test_the_gate_warns_with_file_line_and_evidence_and_still_passes(tmp_path):
     report = validate_samples.fn(load_samples.fn([path]))
     assert report.ok
     assert report.warnings == [
-        f"{path}:2: s-2: the balance 1,000,000 covers 10万 (100,000), yet the label replies "
-        f"[check: {BRANCH_MATCHES_FIGURES}]"
+        f"{path}:2: s-2: the check_balance budget 1,000,000 covers 10万 (100,000), yet the label "
+        f"replies [check: {BRANCH_MATCHES_FIGURES}]"
     ]
 
 

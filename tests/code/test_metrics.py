@@ -5,6 +5,7 @@ import json
 import pytest
 from prediction_rows import CATALOGUE, NO_TOOL, prediction_row, predictions_frame
 
+from bench.domains import smart_home
 from toolgrpo.evaluation.metrics import UNPARSED, EvalMetrics, compute_metrics
 from toolgrpo.reporting.evaluation import metrics_markdown, metrics_tables
 
@@ -87,14 +88,37 @@ def test_conditional_steps_are_reported_per_file_comparison_kind_and_branch():
     accuracy = compute_metrics(frame).accuracy
 
     assert accuracy.by_condition == {
-        "eval/multistep · amount comparison fails": 1.0,
-        "eval/multistep · amount comparison holds": 0.5,
-        "eval/multistep · order cost fails": 0.0,
-        "eval/multistep · price limit holds": 1.0,
-        "eval/unseen_phrasing · amount comparison fails": 1.0,
+        "eval/multistep · after check_balance · fails": 1.0,
+        "eval/multistep · after check_balance · holds": 0.5,
+        "eval/multistep · after check_balance and get_quote · fails": 0.0,
+        "eval/multistep · after get_quote · holds": 1.0,
+        "eval/unseen_phrasing · after check_balance · fails": 1.0,
     }
-    assert accuracy.n["eval/multistep · amount comparison holds"] == 2
+    assert accuracy.n["eval/multistep · after check_balance · holds"] == 2
     assert set(accuracy.by_condition) <= set(accuracy.rows())
+
+
+def test_another_domains_conditional_steps_are_named_by_its_own_tools():
+    """A catalogue that declares no `reports` has each conditional step named by the tool whose
+    observation its condition reads: the latest step's."""
+    history = "Turn on the heating if the bedroom is below 19 degrees\n\nPrevious steps:\n"
+    sensor = history + "Step 1: read_sensor → bedroom 17.5 degrees"
+    later = sensor + "\nStep 2: set_thermostat → bedroom set to 21"
+    held_out = {"kind": "multi", "step": 2, "source": "eval/home", "condition": "holds"}
+    frame = predictions_frame(
+        [
+            prediction_row("s1", "set_thermostat", prompt=sensor, **held_out),
+            prediction_row("s2", "respond", "lock_door", prompt=later, **held_out | {"step": 3}),
+            prediction_row("n1", "respond", prompt="Lock up if nobody is home", **held_out),
+        ]
+    )
+    accuracy = compute_metrics(frame, smart_home.catalogue()).accuracy
+
+    assert accuracy.by_condition == {
+        "eval/home · holds": 1.0,
+        "eval/home · after read_sensor · holds": 1.0,
+        "eval/home · after set_thermostat · holds": 0.0,
+    }
 
 
 def test_scenario_accuracy_counts_a_scenario_only_when_every_step_is_right(mixed_predictions):

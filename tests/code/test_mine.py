@@ -198,7 +198,9 @@ def test_a_label_its_context_contradicts_is_a_label_inconsistency_with_the_rules
 
     (finding,) = report.findings
     assert (finding.id, finding.category) == ("s-2", Category.LABEL_INCONSISTENCY)
-    assert finding.evidence.startswith("branch_matches_figures: the balance 1,000,000 covers")
+    assert finding.evidence.startswith(
+        "branch_matches_figures: the check_balance budget 1,000,000 covers"
+    )
     assert report.inconsistency_ids == ["s-2"]
     assert report.accuracy.n_flagged == 1
 
