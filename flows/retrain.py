@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -97,6 +99,19 @@ def _retrain_run_name() -> str:
     return run_name("retrain", flow_run.parameters.get("preset", "cpu"))
 
 
+class StageClock:
+    """The wall time of each stage of a run, in seconds, as `RunSummary.wall_s` keeps it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        yield
+        self.seconds[name] = round(time.monotonic() - started, 1)
+
+
 @flow(
     name="retrain",
     flow_run_name=_retrain_run_name,
@@ -167,24 +182,22 @@ def retrain(
     tag_flow_run(f"data:{data_hash[:SHORT_HASH]}")
     run_dir = new_run_dir(out, f"retrain-{preset}").resolve()
     logger.info("run folder: %s", run_dir)
-    wall: dict[str, float] = {}
+    wall = StageClock()
 
-    started = time.monotonic()
-    catalogue_copy = keep_catalogue(catalogue, run_dir)
-    tools = load_catalogue(catalogue_copy)
-    loaded, gate = data_gate(
-        [*train_files, *aux], eval_files, label_overrides, tools, run_dir / "data_quality"
-    )
-    if not gate.ok:
-        return failed_gate(gate)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)
-    gated = write_training_rows(loaded.frame, train_files, aux, run_dir / "data")
-    train_config = with_overrides(requested, {**gated, "data.catalogue": catalogue_copy})
-    max_rows = train_config.runtime.eval_max_rows
-    train_rows = evaluation_rows(rows_of(loaded.frame, train_files), max_rows)
-    eval_rows = evaluation_rows(rows_of(loaded.frame, eval_files), max_rows)
-    settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
-    key = fingerprint(list(gated.values()), train_config)
-    wall["data gate"] = time.monotonic() - started
+    with wall.stage("data gate"):
+        catalogue_copy = keep_catalogue(catalogue, run_dir)
+        tools = load_catalogue(catalogue_copy)
+        loaded, gate = data_gate(
+            [*train_files, *aux], eval_files, label_overrides, tools, run_dir / "data_quality"
+        )
+        if not gate.ok:
+            return failed_gate(gate)  # type: ignore[return-value]  # a flow fails by returning its Failed state (Prefect's way)
+        gated = write_training_rows(loaded.frame, train_files, aux, run_dir / "data")
+        train_config = with_overrides(requested, {**gated, "data.catalogue": catalogue_copy})
+        max_rows = train_config.runtime.eval_max_rows
+        train_rows = evaluation_rows(rows_of(loaded.frame, train_files), max_rows)
+        eval_rows = evaluation_rows(rows_of(loaded.frame, eval_files), max_rows)
+        key = fingerprint(list(gated.values()), train_config)
 
     try:
         sft = cached_stage("sft", key, run_dir, train_config, stage_timeout_s)
@@ -202,52 +215,50 @@ def retrain(
     else:
         for name, stage in training.items():
             logger.info("%s: %s", name, stage.line())
-    wall |= {name: stage.wall_s for name, stage in training.items()}
+    wall.seconds |= {name: stage.wall_s for name, stage in training.items()}
 
-    started = time.monotonic()
+    settings = EvalSettings()  # answers decoded up to the rows' longest solution + 25%
 
     def evaluate(
         model_dir: Path, rows: pl.DataFrame, name: str, label: str, mode: PredictionMode = "decode"
     ) -> EvalReport:
         return evaluate_model(model_dir, rows, run_dir / name, settings, label, tools, mode)
 
-    before = evaluate(sft.model_dir, eval_rows, "eval_sft", "evaluate sft · eval")
-    after = evaluate(grpo.model_dir, eval_rows, "eval_grpo", "evaluate grpo · eval")
-    audit = (
-        # mining reads the tool and its probabilities only: scored, not decoded whole
-        evaluate(grpo.model_dir, train_rows, "eval_train", "audit · train", mode="score")
-        if audit_training_rows
-        else None
-    )
-    wall["evaluate"] = time.monotonic() - started
+    with wall.stage("evaluate"):
+        before = evaluate(sft.model_dir, eval_rows, "eval_sft", "evaluate sft · eval")
+        after = evaluate(grpo.model_dir, eval_rows, "eval_grpo", "evaluate grpo · eval")
+        audit = (
+            # mining reads the tool and its probabilities only: scored, not decoded whole
+            evaluate(grpo.model_dir, train_rows, "eval_train", "audit · train", mode="score")
+            if audit_training_rows
+            else None
+        )
 
     cross_fitted = None
     if audit_folds >= MIN_AUDIT_FOLDS:  # no task run at all when the audit is off
-        started = time.monotonic()
-        try:
-            cross_fitted = cross_fitted_audit(
-                train_rows,
-                [gated["data.train_single_step"], gated["data.train_multistep"]],
-                train_config,
-                key,
-                audit_folds,
-                run_dir / "audit",
-                stage_timeout_s,
-            )
-        except StageCancelled as stopped:
-            return cancelled_run(stopped)  # type: ignore[return-value]  # Prefect's way
-        wall["cross-fitted audit"] = time.monotonic() - started
+        with wall.stage("cross-fitted audit"):
+            try:
+                cross_fitted = cross_fitted_audit(
+                    train_rows,
+                    [gated["data.train_single_step"], gated["data.train_multistep"]],
+                    train_config,
+                    key,
+                    audit_folds,
+                    run_dir / "audit",
+                    stage_timeout_s,
+                )
+            except StageCancelled as stopped:
+                return cancelled_run(stopped)  # type: ignore[return-value]  # Prefect's way
 
-    started = time.monotonic()
-    mining = mine(
-        pl.read_parquet(after.predictions_path),
-        pl.read_parquet(audit.predictions_path) if audit else None,
-        run_dir / "mining",
-        tools,
-        cross_fitted=cross_fitted,
-        labels=loaded.frame,
-    )
-    wall["mine"] = time.monotonic() - started
+    with wall.stage("mine"):
+        mining = mine(
+            pl.read_parquet(after.predictions_path),
+            pl.read_parquet(audit.predictions_path) if audit else None,
+            run_dir / "mining",
+            tools,
+            cross_fitted=cross_fitted,
+            labels=loaded.frame,
+        )
 
     grpo_metrics = read_metrics(grpo.metrics_path)
     summary = RunSummary(
@@ -264,7 +275,7 @@ def retrain(
         zero_std=ZeroStdGroups.from_metrics(grpo_metrics),
         flagged_label_ambiguity=mining.ambiguity_ids,
         flagged_label_conflict=mining.conflict_ids,
-        wall_s={stage: round(seconds, 1) for stage, seconds in wall.items()},
+        wall_s=wall.seconds,
     )
     report = publish_report(summary, after.metrics, mining, grpo_metrics)
     publish_headline(summary, report)
