@@ -14,10 +14,10 @@ downloaded here, so `toolgrpo base build` pretrains the tiny model on this corpu
   plan, so SFT still teaches every decision;
 - **copy drills** — more fresh draws, every step's prompt answered with the figures it states
   (accounts, tickers, amounts as written, in order: `ACC010 · 56万 · ACC149 · 4,937,231 元`).
-  Trained from scratch on the task alone, the model copies no figure from its prompt (0 of the
-  225 conditional training rows' thoughts state their figures; 1.5% of answers have the exact
-  params): it writes plausible numbers instead. Copying is the skill every param and every
-  comparison needs, and one a tiny model learns in a few hundred steps of drills.
+  Trained from scratch on the task alone, the model copies no figure from its prompt: it writes
+  plausible numbers instead (docs/experiments/numeracy.md, "What the model copies"). Copying is
+  the skill every param and every comparison needs, and one a tiny model learns in a few hundred
+  steps of drills.
 
 The unseen-phrasing templates are never drawn (the builder only draws trained ones), and a
 request that equals an eval prompt is dropped, so no eval prompt occurs in the corpus (a test).

@@ -7,8 +7,8 @@ each figure's count of whole digits after it and, where the counts are equal, ev
 from the first place to the first that differs (`Needed 190000 [6] · balance 197451 [6] · 1=1 9=9
 0<7 → enough`). Digit counts decide figures of different lengths; for the others each written pair
 is one place further than the last, so the deciding pair is reached by a walk, not a jump
-(`bench/numeracy_levers.py` measured this form against plain digits, zero-padded, counted and
-first-differing-pair forms: README "Numeracy").
+(chosen over plain digits, zero-padded, counted and first-differing-pair forms:
+docs/experiments/numeracy.md).
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 A conditional step is decided by comparing two figures written differently (56万 against
 "4,937,231 元", 200 × 562.54 against 98,404). These exercises practise those moves with the
-figures written out as plain digits (the form conditional reasoning itself took until it was
-measured to hurt and reverted: README "Numeracy"), worded in
+figures written out as plain digits (docs/experiments/numeracy.md), worded in
 data/phrases/numeracy.yaml: `convert` an amount as people write it (10万, 100k, $1.2M, 5,000
 rupees) to digits, `cover` (is a balance at least an amount), `limit` (a price against a limit),
 `multiply` a quantity by a price with the place-value steps written out, and `afford` (that
@@ -14,7 +13,8 @@ scenarios do not depend on them.
 
 `comparison_drills` words many more `cover` exercises with both figures already plain digits
 and drawn to make the comparison itself the lesson (equal lengths, shared leading digits): the
-conditional steps fail at comparing two digit strings once they are read (README "Numeracy").
+conditional steps fail at comparing two digit strings once they are read
+(docs/experiments/numeracy.md).
 """
 
 from __future__ import annotations

@@ -41,9 +41,8 @@ def scenario_folds(scenarios: Iterable[tuple[str, str]], folds: int, seed: int) 
 def fold_config(config: TrainConfig, single_step: Path, multistep: Path) -> TrainConfig:
     """The fold model's training config: the run's SFT recipe on the fold's training files.
 
-    Not a cheaper recipe: on the cpu preset (a model trained from scratch), 2 SFT epochs instead
-    of 6 left fold models at 2-30% tool accuracy, and the smoke-size model at 0%, whose
-    probabilities flag most rows (docs/experiments/label-checks.md).
+    Not a cheaper recipe: with fewer SFT epochs a model trained from scratch is left too weak to
+    judge rows, and its probabilities flag most of them (docs/experiments/label-checks.md).
     """
     return with_overrides(
         config, {"data.train_single_step": single_step, "data.train_multistep": multistep}

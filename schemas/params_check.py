@@ -1,10 +1,11 @@
 """Plain params checked against their tool's JSON Schema in polars, a column at a time.
 
-fastjsonschema (`Catalogue.params_error`) judges one params object at a time in Python, ~20 µs
-each: a million rows of distinct params (every amount and account a row's own) took seconds of
-the data gate. Most params are a flat object of plain values — strings without escapes,
-numbers a float holds exactly, booleans — and most schemas are written with a few keywords
-(`type`, `properties`, `required`, `additionalProperties`, `enum`, `pattern`, bounds, lengths).
+fastjsonschema (`Catalogue.params_error`) judges one params object at a time in Python, which
+adds up over a million rows of distinct params (every amount and account a row's own:
+docs/experiments/code-measurements.md#params-check). Most params are a flat object of plain
+values — strings without escapes, numbers a float holds exactly, booleans — and most schemas
+are written with a few keywords (`type`, `properties`, `required`, `additionalProperties`,
+`enum`, `pattern`, bounds, lengths).
 For such a schema polars proves those params valid; every other row (an escape in a string, a
 nested value, a number of 16 digits, a key the schema does not name, a schema with a keyword
 outside the list) goes to fastjsonschema, which also words every error message. So a row polars

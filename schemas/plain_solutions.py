@@ -1,7 +1,7 @@
 """The parts of plainly written solutions, read by polars over the whole column.
 
-Decoding every distinct solution with orjson costs ~3 µs of Python each (~2.4 s of the data
-gate on a million rows of distinct text, on one core). Most solutions are written by a JSON
+Decoding every distinct solution with orjson costs more Python, on one core, than regex passes
+(docs/experiments/code-measurements.md#plain-solutions). Most solutions are written by a JSON
 library in one plain shape: `{"thought": …, "action": {"tool": …, "params": {…}}, "plan": […]}`
 with `json.dumps`'s separators or compact ones, strings without escapes, params a flat object of
 plain values. Such a solution's parts are slices of its text: a regular expression cuts the
@@ -32,13 +32,13 @@ _STEPS = f"(?:{_STRING}(?:, ?{_STRING})*)?"
 # unescape, the params are plain pairs, the plan plain strings. A solution has the plain shape
 # (`{"thought": STRING, "action": {"tool": STRING, "params": {PAIR, …}}, "plan": [STRING, …]}`)
 # exactly when its parts do: the shape's separators are `_PARTS`'s, and `_PARTS` cuts a text one
-# way only. Checking the parts costs 0.2 s of CPU at a million solutions, the whole shape 0.5 s.
+# way only. Checking the parts costs less CPU than matching the whole shape.
 _ESCAPED = r"[\\\x00-\x1f]"
 _PLAIN_PARAMS = rf"^\{{(?:{_PAIR}(?:, ?{_PAIR})*)?\}}$"
 _PLAIN_STEPS = f"^{_STEPS}$"
 # The parts of a plain solution. Looser than the shape (any value without a quote, brace or
 # space is taken for a number), so that each character leaves one way to go on: the regex engine
-# then captures in one pass, 3x faster than with the shape's own pattern.
+# then captures in one pass, faster than with the shape's own pattern.
 _LOOSE_VALUE = r'(?:"[^"]*"|[^",} ]+)'
 _LOOSE_PAIR = rf'"[^"]*": ?{_LOOSE_VALUE}'
 _PARTS = (

@@ -1,9 +1,10 @@
 """The sample-row contract as pandera (polars) models: one check per rule, named in reports.
 
-Checks are polars expressions over whole columns (element-wise checks are ~16x slower). JSON
-parsing dominates the cost, and the polars backend has no parsers, so `parse_solution` reads each
-solution's parts once into columns and `ParsedSample` checks those. `str.json_path_match` returns
-null for malformed JSON where `str.json_decode` raises, so one bad row never hides the others.
+Checks are polars expressions over whole columns, far cheaper than element-wise checks
+(docs/experiments/code-measurements.md#sample-contract). JSON parsing dominates the cost, and the
+polars backend has no parsers, so `parse_solution` reads each solution's parts once into columns and
+`ParsedSample` checks those. `str.json_path_match` returns null for malformed JSON where
+`str.json_decode` raises, so one bad row never hides the others.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def _parts_in_slices(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
     """`_solution_parts` of each distinct solution of `frame`: those of the plain shape read by
     polars at once (`read_plainly`), then the others decoded a slice at a time
     (`_SOLUTIONS_PER_SLICE`)."""
-    # a frame's unique runs over the cores (a Series' on one: 0.36 against 0.15 s at 1M rows)
+    # a frame's unique runs over the cores, a Series' on one
     distinct = frame.select("solution").unique(maintain_order=True).get_column("solution")
     plain, others = read_plainly(distinct)
     yield plain
@@ -223,7 +224,7 @@ def normalised_prompt() -> pl.Expr:
     `normalise_prompt` is the same rule for one string (the generator's); a test keeps them equal.
     """
     # each run of whitespace becomes one space: runs of two or more, and single characters other
-    # than the space (a lone space, the commonest run, is left as it is: 3x faster than `\s+`)
+    # than the space (a lone space, the commonest run, is left as it is, which `\s+` would rewrite)
     collapsed = pl.col("prompt").str.to_lowercase().str.replace_all(r"\s{2,}|[^\S ]", " ")
     return collapsed.str.strip_chars()
 

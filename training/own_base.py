@@ -57,7 +57,7 @@ def passage_example(
     whole (an empty prompt; the system and user turns are the completion, ending at the end of
     turn, the eos); an exercise or a copy drill is learned on its answer only (TRL appends the
     eos): learned on every token, a prompt's figures are most of the loss, and a base built so
-    copied 1 of 60 fresh drills; on the answer alone, 36 (README: copy drills)."""
+    copies far fewer fresh drills (docs/experiments/numeracy.md, "What the model copies")."""
     if passage.answer is None:
         messages = chat_messages(passage.prompt, catalogue)
         text = templated_text(tokenizer, messages).rstrip("\n")

@@ -16,7 +16,8 @@ from toolgrpo.validation.label_rules import LABEL_COLUMNS, RULES, Label, LabelIn
 from toolgrpo.validation.screens import NEEDED, PARTS_READ, ROW, screens
 from toolgrpo.validation.spread import CHUNKS_PER_WORKER, Spread
 
-# ... and from this many rows the rules read (~0.5 ms a row), they run in the workers too.
+# ... and from this many rows the rules read (in Python, a row at a time), they run in the
+# workers too.
 MIN_ROWS_FOR_CHUNKS = 2_000
 _SUSPECTS = "suspects"
 _SCREENED_COLUMNS = ("scenario_id", "step", "tool", "branch", "prompt", "solution")
@@ -64,13 +65,14 @@ def label_inconsistencies(
     `file` and `line`, and the solutions' parts where the gate has parsed them), in row order,
     then rule order; tools and keywords are `catalogue`'s (default: the shipped one).
 
-    The rules read rows in Python (~0.5 ms a row), so `screen` first rules out, in polars, the
-    rows a rule is certain to pass (`screens`) and runs each rule on the rest only, with their
+    The rules read rows in Python, a row at a time
+    (docs/experiments/code-measurements.md#context-checks), so `screen` first rules out, in polars,
+    the rows a rule is certain to pass (`screens`) and runs each rule on the rest only, with their
     whole scenarios; `screen=False` runs every rule on every row (the reference the screens are
-    tested and benchmarked against: the findings are the same). Where there are tens of
-    thousands of texts to judge, or thousands of rows to read, in Python, they are spread over
-    `workers` processes (default: one per usable CPU; 1: this process only), with the same
-    findings (`spread`).
+    tested and benchmarked against: the findings are the same). Where there are tens of thousands of
+    texts to judge, or thousands of rows to read, in Python, they are spread over `workers`
+    processes (default: one per usable CPU; 1: this process only), with the same findings
+    (`spread`).
     """
     if rows.is_empty():
         return []

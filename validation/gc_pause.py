@@ -3,9 +3,9 @@
 Reading a million rows makes millions of short-lived Python objects (rows pydantic reads, the
 distinct texts the screens judge and their answers) and no reference cycles: reference counting
 frees them. Python's cycle collector, started by allocation counts alone, would still scan every
-live object of the process each time, holding the GIL (~0.1 s, three times in a million-row
-`toolgrpo validate`), so it waits until the rows are read; what it would have found, it finds
-then.
+live object of the process each time, holding the GIL (several times in a million-row
+`toolgrpo validate`: docs/experiments/code-measurements.md#cycle-collector), so it waits until
+the rows are read; what it would have found, it finds then.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Polars reads the rows natively (faster than pydantic line by line: `bench/valida
 readers coerce (`5` read as the string "5"), keep the first of two equal keys and raise on the
 whole file for one broken line. So natively read rows are only those whose text is plainly a row:
 a flat JSON object with each contract key once and of its JSON type (`_plain_row`), or a parquet
-row with typed, non-null columns. Every other line or row goes through pydantic, as before, so
-each problem message is the one the line-by-line reader gives.
+row with typed, non-null columns. Every other line or row goes through pydantic, so each
+problem message is the one the line-by-line reader gives.
 """
 
 from __future__ import annotations
@@ -306,9 +306,9 @@ def _decoded_line_by_line(data: bytes, lines: pl.DataFrame) -> pl.DataFrame:
 
 def _plain_lines(data: bytes) -> pl.DataFrame:
     """Each non-blank line's `line` number and whether it is `plain`ly a row (`_plain_row`;
-    a canonical row is). The lines are streamed: their text is never copied whole (at a million
-    rows that copy was ~500 MB beside the file's bytes), only the texts of the lines that are
-    not canonical rows are kept, to be checked."""
+    a canonical row is). The lines are streamed: their text is never copied whole (a second copy
+    of the file's text beside its bytes: docs/experiments/code-measurements.md#loader), only the
+    texts of the lines that are not canonical rows are kept, to be checked."""
     blank = pl.col("text").str.contains(f"^[{_BLANK}]*$")
     canonical = pl.col("text").str.contains(_CANONICAL_ROW)
     kinds = (
@@ -524,7 +524,7 @@ def load_samples(
 
     `overrides` (JSONL of `LabelOverride`) relabels the rows with matching ids (their params
     checked against `catalogue`, default the shipped one). `line_by_line` reads every row with
-    pydantic, as before the native readers (for tests and benchmarks that compare the two).
+    pydantic, without the native readers (for tests and benchmarks that compare the two).
     """
     frames: list[pl.DataFrame] = []
     file_rows: dict[str, int] = {}

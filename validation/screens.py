@@ -103,8 +103,9 @@ def _rows_with(frame: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
 
 def _prompt_part(field: str) -> pl.Expr:
     """The prompt's request (`field_0`) or history (`field_1`, null where it has none), as
-    `split_prompt` cuts them. Each screen cuts them from the rows it reads: as two columns of
-    every row, held through all the screens, they took ~90 MB a million rows."""
+    `split_prompt` cuts them. Each screen cuts them from the rows it reads, so they are not two
+    columns of every row held through all the screens
+    (docs/experiments/code-measurements.md#screens)."""
     return pl.col("prompt").str.splitn(PREVIOUS_STEPS_HEADER, 2).struct.field(field)
 
 
@@ -157,8 +158,8 @@ def _inconsistent(frame: pl.DataFrame, text: str, catalogue: Catalogue, spread: 
     long = frame.filter(solution.str.len_bytes() > _POLARS_READABLE_CHARS)
     too_long = long.filter(solution.str.len_chars() > _POLARS_READABLE_CHARS).get_column(ROW)
     # each wording once: zeroed over every row and made unique in one lazy pass, cheaper than
-    # making the texts unique first (a two-column key) and zeroing those (4,457 wordings of
-    # 466,968 thoughts at a million drawn rows)
+    # making the texts unique first (a two-column key) and zeroing those: far fewer wordings
+    # than thoughts
     worded = frame.lazy().select(ROW, "tool", wording=_wording(pl.col(text), catalogue))
     known = pl.col("wording").is_not_null() & tool.is_in(list(catalogue.names))
     wordings = worded.filter(known).select("wording", "tool").unique().collect()
@@ -200,8 +201,8 @@ def _unnamed_last_steps(
         .filter((step > 1) & (pl.col("tool") != REPLY_TOOL))
     )
     # a scenario as the rule reads it: each step's first row; only the scenarios with a row the
-    # rule reads (at a million drawn rows: a fifth less CPU, 40% less memory)
-    # lazily: the engine runs the unique and the group-by in one pass (~30% less CPU)
+    # rule reads (less CPU and memory than all of them)
+    # lazily: the engine runs the unique and the group-by in one pass
     scenarios = (
         frame.lazy()
         .select("scenario_id", "step", "branch")
@@ -218,7 +219,7 @@ def _unnamed_last_steps(
     )
     requests = rows.select("wording").unique()
     named = spread.map(_names, list(requests.iter_rows()), catalogue)
-    # gathered from a long table: a list column built from Python's lists costs ~4 µs a list
+    # gathered from a long table: a list column built from Python's lists costs more per list
     names = _long([[(tool,) for tool in tools] for tools in named], {"named": pl.String})
     names = names.group_by("text_id").agg("named")
     requests = requests.with_row_index("text_id").join(names, on="text_id", how="left")
@@ -284,9 +285,9 @@ def _history_screens(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     otherwise than Python go to both rules."""
     steps = ["scenario_id", "recorded_step"]
     recorded = lines.lazy().select(*steps, "recorded_tool")
-    # the labels of the steps some history records (at a million drawn rows: a fifth less CPU,
-    # a third of the memory), each step's distinct labels once: a scenario id shared by many
-    # rows must not make the join quadratic (1M rows repeating 1,277 rows' ids asked for >23 GB)
+    # the labels of the steps some history records (less CPU and memory than every step's), each
+    # step's distinct labels once: a scenario id shared by many rows must not make the join
+    # quadratic (docs/experiments/code-measurements.md#screens)
     labelled = (
         frame.lazy()
         .select("scenario_id", recorded_step="step", labelled_tool="tool")
@@ -296,7 +297,7 @@ def _history_screens(frame: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     contradicted = (
         recorded.join(labelled, on=steps)
         .filter(pl.col("labelled_tool") != pl.col("recorded_tool"))
-        .collect()  # lazily: the unique and the join in one pass (~40% less CPU)
+        .collect()  # lazily: the unique and the join in one pass
     )
     unsure = lines.filter("unsure")
     scenarios = pl.concat([contradicted.select("scenario_id"), unsure.select("scenario_id")])
@@ -643,9 +644,9 @@ def _stated_otherwise(
 def _param_values(params: pl.Series, readings: tuple[ParamReading, ...]) -> pl.DataFrame:
     """Each reading's value in `params` (JSON objects, each key written once:
     `solution_parts`) as text, `value_<name>` (null: none), each object decoded once rather
-    than matched by a JSON path per param (~0.4 µs a value). A number comes out as the decoder
-    writes it (`1000.0` as `1000`, the same float): the rule reads a number as a float, and
-    words, members and directions in strings alone. A value that is an array or an object
+    than matched by a JSON path per param (a pass over the column each). A number comes out as
+    the decoder writes it (`1000.0` as `1000`, the same float): the rule reads a number as a
+    float, and words, members and directions in strings alone. A value that is an array or an object
     fails the decoding: then each param is matched by path."""
     try:
         decoded = params.str.json_decode(pl.Struct({r.name: pl.String for r in readings}))
@@ -787,7 +788,7 @@ def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spre
         checked = tuple(r for r in readings if r.kind is not None or r.role is not None)
         if not checked:
             continue
-        # one tool's rows at a time: all tools' at once held ~50 MB a million rows throughout
+        # one tool's rows at a time: all tools' at once would be held throughout the screen
         of_tool = narrow.filter(pl.col("tool") == tool).select(
             ROW, "solution", "action_params", request=_prompt_part("field_0")
         )

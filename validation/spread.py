@@ -7,8 +7,8 @@ hands them to worker processes, as many as the CPUs this process may use
 the same functions.
 
 Workers are forked for each call (no import: a fresh interpreter, spawn or a fork server,
-imports the command's main module in each worker again, seconds for the CLI's or a
-benchmark's) from the thread that calls, and gone when it returns. Another thread may be inside
+imports the command's main module in each worker again, and the CLI's or a benchmark's is slow
+to import) from the thread that calls, and gone when it returns. Another thread may be inside
 polars at the fork (the screens run side by side): a worker runs only the rules' pure Python
 (`re`, `json`) on the texts it is sent, never polars, so the locks a fork copies mid-use are
 never taken in a worker.
@@ -28,10 +28,9 @@ from toolgrpo.common.cpus import usable_cpus
 # Chunks per worker: small enough to even out unequal texts, large enough that sending a chunk
 # costs little beside judging it.
 CHUNKS_PER_WORKER = 4
-# Below this many items a worker a call judges in this process: forking the gate's process
-# (~1.5 GB at a million rows) and running the pool cost 0.2–0.4 s a call, more than a second core
-# saves on fewer texts (~20–60 µs each; measured at 2,000: the context checks 7.4 s in one
-# process, 7.8 s spread over two).
+# Below this many items a worker a call judges in this process: forking the gate's process (it
+# holds the loaded rows) and running the pool cost more than a second core saves on fewer texts,
+# each quick to judge (docs/experiments/code-measurements.md#spread).
 MIN_ITEMS_PER_WORKER = 20_000
 
 
