@@ -3,6 +3,7 @@ and the failure automation watches exactly those two; prefect.kubernetes.yaml ru
 preset on a Kubernetes work pool whose job template asks for a GPU."""
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from uuid import uuid4
 
@@ -20,9 +21,11 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.deployments import (
     AUTOMATION_FILE,
     DATA_QUALITY_CRON,
+    DATA_QUALITY_DEPLOYMENT,
     HEARTBEAT_S,
     NIGHTLY_CRON,
     automation_file_text,
+    check_data_at_start,
     deployments,
     failure_automation,
     prefect_yaml_text,
@@ -272,3 +275,11 @@ def test_a_served_run_that_stops_sending_heartbeats_is_marked_crashed():
     for deployment in spec["deployments"]:
         env = deployment["work_pool"]["job_variables"]["env"]
         assert env == {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}
+
+
+def test_serve_checks_the_data_at_once_not_first_on_the_hour(prefect_harness):
+    (data_check,) = [d for d in deployments() if d.name == DATA_QUALITY_DEPLOYMENT]
+    run = check_data_at_start(data_check)
+    assert run.state.is_scheduled()
+    assert abs((run.expected_start_time - datetime.now(UTC)).total_seconds()) < 60
+    assert DATA_QUALITY_DEPLOYMENT in run.tags and run.parameters == data_check.parameters

@@ -220,12 +220,22 @@ def _served(client, name: str) -> bool:
     return True
 
 
+def _runs_of(client, deployment: str) -> list:
+    """The flow runs of `deployment` (`flow/deployment`)."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    served = client.read_deployment_by_name(deployment)
+    return client.read_flow_runs(
+        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[served.id]))
+    )
+
+
 def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
     server, webhook_receiver, tmp_path
 ):
-    """`toolgrpo serve` and everything it started killed while a deployment run trains: the
-    run's heartbeats stop, the server marks it Crashed within three missed heartbeats, and the
-    failure automation alerts on it."""
+    """`toolgrpo serve` checks the data as it starts; then, `serve` and everything it started
+    killed while a deployment run trains: the run's heartbeats stop, the server marks it
+    Crashed within three missed heartbeats, and the failure automation alerts on it."""
     url, env = server
     hook, received = webhook_receiver
     _alert_to(hook, url, env)
@@ -238,7 +248,11 @@ def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
     )
     from prefect.deployments import run_deployment
 
-    from toolgrpo.flows.deployments import RETRAIN_DEPLOYMENT, UNRESPONSIVE_AUTOMATION_NAME
+    from toolgrpo.flows.deployments import (
+        DATA_QUALITY_DEPLOYMENT,
+        RETRAIN_DEPLOYMENT,
+        UNRESPONSIVE_AUTOMATION_NAME,
+    )
 
     try:
         with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
@@ -247,6 +261,14 @@ def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
                 assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
                 time.sleep(1)
             assert client.read_automations_by_name(UNRESPONSIVE_AUTOMATION_NAME)
+            # serve checks the data at once, not first on the hour
+            deadline = time.monotonic() + 120
+            while not (checks := _runs_of(client, f"data-quality/{DATA_QUALITY_DEPLOYMENT}")) or (
+                not checks[0].state.is_final()
+            ):
+                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+                time.sleep(1)
+            assert [check.state.type.value for check in checks] == ["COMPLETED"]
             flow_run = run_deployment(
                 f"retrain/{RETRAIN_DEPLOYMENT}",
                 parameters={"config": {"sft": {"num_train_epochs": 400}}},
