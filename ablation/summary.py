@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from toolgrpo.ablation.arms import ARM_LABELS, METRICS, Arm, ArmRun, Scores, Start
 
 
-class Spread(BaseModel):
+class AcrossSeeds(BaseModel):
     """Mean and range of one number across seeds."""
 
     mean: float
@@ -18,7 +18,7 @@ class Spread(BaseModel):
     n: int
 
     @classmethod
-    def of(cls, values: list[float | None]) -> Spread | None:
+    def of(cls, values: list[float | None]) -> AcrossSeeds | None:
         """The spread of the known values; None when there is none."""
         known = [v for v in values if v is not None]
         if not known:
@@ -31,14 +31,14 @@ class Spread(BaseModel):
         return text if self.n < 2 else f"{text} ({100 * self.low:.1f}–{100 * self.high:.1f})"
 
 
-def spread_percent(spread: Spread | None) -> str:
-    """`Spread.percent`, or `–` where nothing was measured."""
+def spread_percent(spread: AcrossSeeds | None) -> str:
+    """`AcrossSeeds.percent`, or `–` where nothing was measured."""
     return "–" if spread is None else spread.percent()
 
 
 class CurvePoint(BaseModel):
     step: int
-    metrics: dict[str, Spread | None]
+    metrics: dict[str, AcrossSeeds | None]
 
 
 class ArmSummary(BaseModel):
@@ -48,11 +48,11 @@ class ArmSummary(BaseModel):
     arm: Arm | Literal["sft"]
     seeds: int
     step: int
-    metrics: dict[str, Spread | None]
+    metrics: dict[str, AcrossSeeds | None]
     curve: list[CurvePoint] = Field(default_factory=list)
-    zero_std_share: Spread | None = None
-    calibrated_share: Spread | None = None
-    wall_s: Spread | None = None
+    zero_std_share: AcrossSeeds | None = None
+    calibrated_share: AcrossSeeds | None = None
+    wall_s: AcrossSeeds | None = None
 
     @property
     def label(self) -> str:
@@ -93,8 +93,8 @@ class AblationSummary(BaseModel):
         return list(dict.fromkeys(a.start for a in self.arms))
 
 
-def _metrics_at(scores: list[Scores]) -> dict[str, Spread | None]:
-    return {name: Spread.of([getattr(s, name) for s in scores]) for name in METRICS}
+def _metrics_at(scores: list[Scores]) -> dict[str, AcrossSeeds | None]:
+    return {name: AcrossSeeds.of([getattr(s, name) for s in scores]) for name in METRICS}
 
 
 def _share(part: int, total: int) -> float | None:
@@ -135,13 +135,13 @@ def aggregate_arms(runs: list[ArmRun]) -> list[ArmSummary]:
                     step=steps[-1],
                     metrics=curve[-1].metrics,
                     curve=curve,
-                    zero_std_share=Spread.of(
+                    zero_std_share=AcrossSeeds.of(
                         [_share(r.groups.zero, r.groups.total) for r in arm_runs]
                     ),
-                    calibrated_share=Spread.of(
+                    calibrated_share=AcrossSeeds.of(
                         [_share(r.groups.changed, r.groups.total) for r in arm_runs]
                     ),
-                    wall_s=Spread.of([r.wall_s for r in arm_runs]),
+                    wall_s=AcrossSeeds.of([r.wall_s for r in arm_runs]),
                 )
             )
     return summaries

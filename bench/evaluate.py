@@ -37,7 +37,7 @@ from toolgrpo.evaluation.decoding import (
     encode_prompts,
     eos_token_ids,
     greedy_token_ids,
-    load_model,
+    load_trained_model,
     tool_probabilities,
 )
 from toolgrpo.evaluation.predict import (
@@ -122,7 +122,7 @@ def _table(header: list[str], rows: list[list[object]]) -> None:
 
 
 def bench_decoding(model_dir: Path, rows: int, batch_sizes: list[int], threads: int) -> None:
-    tokenizer, model = load_model(model_dir)
+    tokenizer, model = load_trained_model(model_dir)
     held_out = _rows("eval")
     sample = held_out.sample(min(rows, held_out.height), seed=0)
     encoded = encode_prompts(tokenizer, sample["prompt"].to_list())
@@ -182,7 +182,7 @@ def bench_decoding(model_dir: Path, rows: int, batch_sizes: list[int], threads: 
 def _scored_without_decoding(model_dir: Path, samples: pl.DataFrame) -> pl.DataFrame:
     """The audit with no decoding at all: tools scored after an empty thought."""
     catalogue = load_catalogue()
-    tokenizer, model = load_model(model_dir)
+    tokenizer, model = load_trained_model(model_dir)
     contexts = [chat_prompt(tokenizer, p) + action_slot_prefix("") for p in samples["prompt"]]
     probabilities = tool_probabilities(tokenizer, model, contexts, catalogue.names, batch_size=16)
     predicted = np.asarray(catalogue.names)[probabilities.argmax(axis=1)]

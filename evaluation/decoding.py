@@ -55,7 +55,7 @@ def _load_failure(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def load_model(
+def load_trained_model(
     model_dir: Path, device: EvalDevice = CPU
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """The tokenizer and model saved in `model_dir` on `device`, ready for batched decoding.

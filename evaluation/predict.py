@@ -27,7 +27,7 @@ from toolgrpo.evaluation.decoding import (
     encode_prompts,
     generate_completions,
     generate_with_vllm,
-    load_model,
+    load_trained_model,
     tool_probabilities,
 )
 from toolgrpo.evaluation.device import CPU_BATCH_SIZES, EvalDevice, cuda_batch_sizes, eval_device
@@ -192,7 +192,7 @@ def predict(
     device = device or eval_device(model_dir, settings.device)
     if device.device == "cpu":
         torch.set_num_threads(settings.torch_threads or usable_cpus())
-    tokenizer, model = load_model(model_dir, device)
+    tokenizer, model = load_trained_model(model_dir, device)
     prompts, solutions = samples["prompt"].to_list(), samples["solution"].to_list()
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     if settings.max_new_tokens and positions and settings.max_new_tokens >= positions:

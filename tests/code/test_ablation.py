@@ -18,7 +18,7 @@ from toolgrpo.ablation.arms import (
     start_config,
 )
 from toolgrpo.ablation.merge import merge_summaries, read_summary
-from toolgrpo.ablation.summary import AblationSummary, Spread, aggregate_arms
+from toolgrpo.ablation.summary import AblationSummary, AcrossSeeds, aggregate_arms
 from toolgrpo.ablation.verdict import compare, eval_noise, mean_change, write_verdict
 from toolgrpo.data import DATA_DIR
 from toolgrpo.flows import cli
@@ -227,7 +227,7 @@ def test_aggregation_reports_mean_and_range_across_seeds_at_each_step():
     summary = _summary(runs)
     sft = summary.arm("single_only", "sft")
     assert (sft.step, sft.seeds) == (0, 2)
-    assert sft.metrics["multi"] == Spread(mean=0.2, low=0.1, high=0.3, n=2)
+    assert sft.metrics["multi"] == AcrossSeeds(mean=0.2, low=0.1, high=0.3, n=2)
     ngrpo = summary.arm("single_only", "zero_std")
     assert ngrpo.step == 10
     assert ngrpo.metrics["multi"].mean == pytest.approx(0.7)
@@ -248,9 +248,9 @@ def test_curve_keeps_only_steps_every_seed_evaluated():
 
 
 def test_spread_prints_the_range_only_when_there_are_several_seeds():
-    assert Spread.of([0.5]).percent() == "50.0%"
-    assert Spread.of([0.4, None, 0.6]).percent() == "50.0% (40.0–60.0)"
-    assert Spread.of([None]) is None
+    assert AcrossSeeds.of([0.5]).percent() == "50.0%"
+    assert AcrossSeeds.of([0.4, None, 0.6]).percent() == "50.0% (40.0–60.0)"
+    assert AcrossSeeds.of([None]) is None
 
 
 # --- verdict -------------------------------------------------------------------------------

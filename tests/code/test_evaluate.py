@@ -25,7 +25,7 @@ from toolgrpo.evaluation.decoding import (
     encode_prompts,
     ends_at_tool_slot,
     greedy_token_ids,
-    load_model,
+    load_trained_model,
     tool_candidate,
     tool_probabilities,
 )
@@ -165,7 +165,7 @@ def test_probabilities_must_sum_to_one():
 
 
 def test_tool_probabilities_do_not_depend_on_batch_padding(random_model_dir):
-    tokenizer, model = load_model(random_model_dir)
+    tokenizer, model = load_trained_model(random_model_dir)
     contexts = ["short", '{"thought": "a much longer context of many words", "action": {"tool": "']
     names = ["withdraw", "check_balance", "respond"]
 
@@ -195,7 +195,7 @@ def test_a_tool_is_scored_by_the_tokens_an_answer_writes_it_with(frame_tokens):
 
 def test_tool_probabilities_equal_a_plain_forward_pass_over_each_candidate(random_model_dir):
     """The cached continuation scores what scoring each candidate from scratch does."""
-    tokenizer, model = load_model(random_model_dir)
+    tokenizer, model = load_trained_model(random_model_dir)
     context = '{"thought": "先查余额", "action": {"tool": "'
     names = ["withdraw", "check_balance", "get_transactions"]
 
@@ -232,7 +232,7 @@ def _generate_one_at_a_time(model, encoded, eos, max_new_tokens):
 def lively_model(random_model_dir):
     """The random tiny model with large weights (seeded): its greedy answers differ by prompt,
     where the small initial weights write one token forever."""
-    tokenizer, model = load_model(random_model_dir)
+    tokenizer, model = load_trained_model(random_model_dir)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -294,7 +294,7 @@ def test_a_finished_row_costs_no_more_forward_passes(lively_model):
 
 
 def test_the_tool_slot_stop_rule_fires_at_the_first_token_past_the_slot(random_model_dir):
-    tokenizer, _ = load_model(random_model_dir)
+    tokenizer, _ = load_trained_model(random_model_dir)
     ends = ends_at_tool_slot(tokenizer)
     answer = '{"thought": "先查余额", "action": {"tool": "withdraw", "params": {}}}'
     ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
@@ -306,7 +306,7 @@ def test_the_tool_slot_stop_rule_fires_at_the_first_token_past_the_slot(random_m
 
 
 def test_max_new_tokens_fits_the_longest_solution_plus_a_quarter(random_model_dir):
-    tokenizer, _ = load_model(random_model_dir)
+    tokenizer, _ = load_trained_model(random_model_dir)
     solutions = [SOLUTION, SOLUTION.replace("查余额", "先查余额，再转账，然后告诉用户")]
     longest = len(tokenizer(solutions[1], add_special_tokens=False)["input_ids"]) + 1
 
