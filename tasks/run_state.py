@@ -4,7 +4,9 @@ A run started by `toolgrpo run` has no runner to stop it when someone clicks Can
 that was Suspended is Cancelled by the server without anyone told (it assumes a suspended run
 holds no process): either way the trainer would run on under a run shown Cancelled. The
 training task therefore reads its flow run's state itself, from a thread of its own so that a
-slow or unreachable API never holds up the stage's log lines or its deadline.
+slow or unreachable API never holds up the stage's log lines or its deadline. Under `serve` or a
+worker the runner stops the process with SIGTERM on Cancel; the task then asks the API whether
+that was a Cancel, so the stage ends Cancelled with where it stopped, not as a crash.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class FlowRunWatch:
     def __init__(self, stage: str) -> None:
         context = FlowRunContext.get()
         self._run_id: UUID | None = context.flow_run.id if context and context.flow_run else None
+        # a deployment's run: a runner (`serve`, a worker) executes it and answers Cancel
+        self._deployed = bool(context and context.flow_run and context.flow_run.deployment_id)
         self._stage = stage
         self._stop: str | None = None
         self._unreachable_said = False
@@ -50,6 +54,21 @@ class FlowRunWatch:
 
     def close(self) -> None:
         self._done.set()
+
+    def stopped_by_cancel(self) -> str | None:
+        """Why the process was told to stop, read from the API now, when that was a Cancel:
+        under `serve` or a worker the runner answers a Cancel with SIGTERM before the watch
+        sees it. None: another stop (a worker shut down, a pod evicted), which stays a crash."""
+        if self._stop or self._run_id is None or not self._deployed:
+            return self._stop
+        try:
+            with get_client(sync_client=True, httpx_settings={"timeout": 5.0}) as client:
+                state = client.read_flow_run(self._run_id).state
+        except Exception:  # unreachable: not known to be a Cancel
+            return None
+        if state is not None and state.type in STOPPING:
+            return f"cancelled from the Prefect UI (the run is {state.name})"
+        return None
 
     def _watch(self) -> None:
         with get_client(sync_client=True) as client:

@@ -35,6 +35,7 @@ from typing import IO, ClassVar, Literal
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import TerminationSignal
 from prefect.runtime import flow_run
 from pydantic import BaseModel
 
@@ -366,6 +367,7 @@ def train_stage(
     threading.Thread(target=_read_into, args=(process.stdout, lines), daemon=True).start()
     timed_out = False
     next_progress = started
+    cancelled_by_runner = None
     try:
         while True:
             try:
@@ -394,6 +396,10 @@ def train_stage(
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
+    except TerminationSignal:  # under `serve` or a worker, Cancel arrives as SIGTERM
+        _kill_group(process)
+        if not (cancelled_by_runner := watch.stopped_by_cancel()):
+            raise  # another stop: the engine reports the run Crashed
     finally:
         # Also on cancellation or any error here: never leave a training process behind.
         _kill_group(process)
@@ -402,7 +408,7 @@ def train_stage(
 
     wall_s = round(time.monotonic() - started, 1)
     output = "\n".join(tail)
-    if why := watch.stop_requested():
+    if why := watch.stop_requested() or cancelled_by_runner:
         step, _ = _progress(metrics_path)
         raise StageCancelled(
             f"{stage}: {why}: training stopped at step {step} after {wall_s:.0f} s; "

@@ -18,6 +18,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, LogFilter
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.states import Cancelling
 
 from bench.ui_screenshots import check_ui, chromium_path, latest_flow_run, prefect_server
 from bench.ui_screenshots import webhook_receiver as receiving_webhooks
@@ -240,8 +241,9 @@ def _runs_due(client, deployment: str) -> list:
 def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
     server, webhook_receiver, tmp_path
 ):
-    """`toolgrpo serve` checks the data as it starts; then, `serve` and everything it started
-    killed while a deployment run trains: the run's heartbeats stop, the server marks it
+    """`toolgrpo serve` checks the data as it starts; a Cancel of a run that trains ends it
+    Cancelled, saying where it stopped; then, `serve` and everything it started killed while a
+    deployment run trains: the run's heartbeats stop, the server marks it
     Crashed within three missed heartbeats, and the failure automation alerts on it."""
     url, env = server
     hook, received = webhook_receiver
@@ -277,15 +279,31 @@ def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
             assert checks[0].state.is_completed(), checks[0].state
             # no hourly check while the rest runs: the one alert below is the retrain's
             client.pause_deployment(client.read_deployment_by_name(data_check).id)
-            flow_run = run_deployment(
-                f"retrain/{RETRAIN_DEPLOYMENT}",
-                parameters={"config": {"sft": {"num_train_epochs": 400}}},
-                timeout=0,
-            )
-            deadline = time.monotonic() + 300
-            while not list(tmp_path.glob("*/sft/train_metrics.jsonl")):
-                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+
+            def training(runs: int) -> Any:
+                """A retrain run of the deployment, once it is the `runs`-th to train."""
+                flow_run = run_deployment(
+                    f"retrain/{RETRAIN_DEPLOYMENT}",
+                    parameters={"config": {"sft": {"num_train_epochs": 400}}},
+                    timeout=0,
+                )
+                deadline = time.monotonic() + 300
+                while len(list(tmp_path.glob("*/sft/train_metrics.jsonl"))) < runs:
+                    assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+                    time.sleep(1)
+                return flow_run
+
+            # Cancel: the runner's SIGTERM is read as the Cancel it is, not as a crash
+            cancelled = training(1)
+            client.set_flow_run_state(cancelled.id, Cancelling(), force=True)
+            deadline = time.monotonic() + 60
+            while not (state := client.read_flow_run(cancelled.id).state).is_final():
+                assert time.monotonic() < deadline, "still cancelling"
                 time.sleep(1)
+            assert state.is_cancelled() and state.message.startswith("sft: cancelled from the")
+            logs = client.read_logs(LogFilter(flow_run_id={"any_": [cancelled.id]}))
+            assert not [log.message for log in logs if "Crash detected" in log.message]
+            flow_run = training(2)
             # its machine gone: nothing of it lives to tell the server (a Ctrl-C lets the
             # flow's own process report Crashed; a kill leaves it to the heartbeat automation)
             os.killpg(serving.pid, signal.SIGKILL)
