@@ -12,7 +12,12 @@ from pydantic import BaseModel, Field
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.run import Headline, step_row
-from toolgrpo.schemas.samples import NO_CONDITION, condition_branch, history_line_pattern
+from toolgrpo.schemas.samples import (
+    NO_CONDITION,
+    PREVIOUS_STEP_LINE,
+    condition_branch,
+    history_line_pattern,
+)
 
 UNPARSED = "(none)"
 
@@ -42,8 +47,8 @@ def comparison_kind(prompt: pl.Expr, catalogue: Catalogue) -> pl.Expr:
     Null: its history called none of them."""
     reporting = [*catalogue.reporting("budget"), *catalogue.reporting("reading")]
     if not reporting:
-        calls = prompt.str.extract_all(history_line_pattern().removesuffix("$"))
-        return calls.list.last().str.extract(r"^Step \d+: (\S+) →")
+        latest = prompt.str.extract_all(PREVIOUS_STEP_LINE).list.last()
+        return latest.str.extract(PREVIOUS_STEP_LINE, 2)  # its `tool` group
     called = [pl.when(_executed(prompt, tool)).then(pl.lit(tool)) for tool in reporting]
     kind = pl.concat_str(called, separator=" and ", ignore_nulls=True)
     return pl.when(kind != "").then(kind)

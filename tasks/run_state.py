@@ -16,13 +16,20 @@ import threading
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import State, StateType
 from prefect.context import FlowRunContext
 from prefect.states import Running
 
 WATCH_INTERVAL_S = 2.0
 # The states in which the person at the UI wants the run stopped.
 STOPPING = {StateType.CANCELLING, StateType.CANCELLED}
+
+
+def _stop_reason(state: State | None) -> str | None:
+    """Why a run in `state` should stop (`cancelled from the Prefect UI`), or None."""
+    if state is not None and state.type in STOPPING:
+        return f"cancelled from the Prefect UI (the run is {state.name})"
+    return None
 
 
 class FlowRunWatch:
@@ -66,9 +73,7 @@ class FlowRunWatch:
                 state = client.read_flow_run(self._run_id).state
         except Exception:  # unreachable: not known to be a Cancel
             return None
-        if state is not None and state.type in STOPPING:
-            return f"cancelled from the Prefect UI (the run is {state.name})"
-        return None
+        return _stop_reason(state)
 
     def _watch(self) -> None:
         with get_client(sync_client=True) as client:
@@ -87,8 +92,8 @@ class FlowRunWatch:
                     continue
                 if state is None:
                     continue
-                if state.type in STOPPING:
-                    self._stop = f"cancelled from the Prefect UI (the run is {state.name})"
+                self._stop = _stop_reason(state)
+                if self._stop:
                     return
                 if state.type == StateType.PAUSED:
                     self._refuse_pause(client, state.name or "Pause")
