@@ -46,7 +46,7 @@ from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.files import write_text_file
 from toolgrpo.tasks.ablation import AblationReport, publish_ablation, train_arm, train_start
 from toolgrpo.tasks.runs import new_run_dir
-from toolgrpo.tasks.train import fingerprint, stop_training_processes
+from toolgrpo.tasks.train import fingerprint, stop_training_processes, stoppable_training
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import ConfigError
 from toolgrpo.training.overrides import load_preset
@@ -228,12 +228,15 @@ def ablation(params: AblationParams) -> AblationReport:
         )
         for (start, seed, arm), config in arm_configs.items()
     }
-    # In short waits, as a Ctrl-C reaches this thread only between them; then (or on SIGTERM)
-    # the arms' trainers are stopped here, before the flow's end waits for the arms' threads.
+    # In short waits on one future at a time, as a Ctrl-C reaches this thread only between them;
+    # then (or on SIGTERM) the arms' trainers are stopped here, before the flow's end waits for
+    # the arms' threads. Not Prefect's `wait(futures, timeout=)`: in the main thread it times
+    # out with SIGALRM, which can land inside an API call.
     pending = [*starts.values(), *arms.values()]
     try:
         while pending:
-            pending = list(wait(pending, timeout=WAIT_S).not_done)
+            pending[0].wait(timeout=WAIT_S)
+            pending = [future for future in pending if not _done(future)]
     except BaseException:
         stop_training_processes()
         raise
@@ -282,6 +285,13 @@ def ablation_report(summaries: list[Path], out: Path = Path("runs")) -> Ablation
     return report
 
 
+def _done(future: PrefectFuture[Any]) -> bool:
+    """Whether the task behind `future` has ended, asked of its thread's or Dask's own future
+    (no API call)."""
+    wrapped = getattr(future, "wrapped_future", None)
+    return wrapped.done() if wrapped is not None else future.state.is_final()
+
+
 def task_runner(params: AblationParams) -> TaskRunner:
     """`workers` threads of this process, or the Dask cluster `params.dask` names."""
     if params.dask is None:
@@ -297,4 +307,5 @@ def task_runner(params: AblationParams) -> TaskRunner:
 def run_ablation(params: AblationParams) -> AblationReport:
     """The ablation flow on `task_runner(params)`."""
     runner = task_runner(params)
-    return ablation.with_options(task_runner=runner)(params)  # type: ignore[arg-type]  # Prefect types it invariantly
+    with stoppable_training():  # the flow's end has waited for its arms' threads
+        return ablation.with_options(task_runner=runner)(params)  # type: ignore[arg-type]  # Prefect types it invariantly

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -72,9 +73,29 @@ def refusing(
         raise Refused(status, describe(error)) from None
 
 
+# Set when a command ended because the Prefect API stopped answering: `main` then ends the
+# process at once, as Prefect's services would first wait out the client's retries for each
+# event and log line not sent (~7 s each, minutes in all), with nothing to gain.
+_ended_by_lost_api = False
+
+API_LOST = (
+    "the Prefect API stopped answering ({error}); what the run finished is kept in its run "
+    "folder, a run again resumes from its last checkpoint, and the UI shows the run as the "
+    "server last heard of it"
+)
+
+
+def _api_lost(error: BaseException) -> bool:
+    """Whether `error` is the Prefect API not answering once the client's retries ran out (a
+    server gone for good during the run); httpx is loaded by then."""
+    httpx = sys.modules.get("httpx")
+    return httpx is not None and isinstance(error, httpx.HTTPError)
+
+
 def stops_in_one_line(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
     """The shape every command shares: a `Refused` it raises is printed, with `name` (`toolgrpo
-    evaluate`) before its message, and its status returned; no traceback."""
+    evaluate`) before its message, and its status returned; no traceback. A Prefect API that
+    stopped answering during the command is one such line too, with exit status 1."""
 
     def wrap(command: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(command)
@@ -87,6 +108,16 @@ def stops_in_one_line(name: str) -> Callable[[Callable[..., int]], Callable[...,
                 if refused.message:
                     say(f"{name}: {refused.message}", error=True)
                 return refused.status
+            except Exception as error:
+                if not _api_lost(error):  # the Prefect API gone for good, after its retries
+                    raise
+                global _ended_by_lost_api
+                _ended_by_lost_api = True
+                say(
+                    f"{name}: {API_LOST.format(error=str(error) or type(error).__name__)}",
+                    error=True,
+                )
+                return 1
 
         return stopping
 
@@ -733,4 +764,9 @@ def main(tokens: Sequence[str] | None = None) -> None:
             raise
         say("toolgrpo: stopped by SIGTERM", error=True)
         sys.exit(143)
-    sys.exit(status if isinstance(status, int) else 0)
+    status = status if isinstance(status, int) else 0
+    if _ended_by_lost_api:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

@@ -315,6 +315,26 @@ class _NoTracebacks(logging.Filter):
         return record.exc_info is None
 
 
+class _EventsLostOnce(logging.Filter):
+    """Shows, on the terminal, Prefect's 'EventsWorker failed to process item' once and without
+    the event's 3 kB dump: with the API away it comes every few seconds for each state change.
+    The flow run's own lines keep coming."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Service %r failed to process item"):
+            return True
+        if self._said:
+            return False
+        self._said = True
+        record.msg = "Service %r could not send the run's events to the Prefect API (shown once)"
+        record.args = record.args[:1] if isinstance(record.args, tuple) else record.args
+        return True
+
+
 def _console_handlers() -> list[logging.Handler]:
     """The handlers that print Prefect's log on the terminal (the API keeps its own copy)."""
     from prefect.logging.configuration import ensure_logging_setup
@@ -345,6 +365,8 @@ def quiet_console() -> None:
 
 def hide_tracebacks_on_console() -> None:
     """Drop, on the terminal only, Prefect's log of an exception a flow or task raised
-    (`_NoTracebacks`)."""
+    (`_NoTracebacks`), and its lost events after the first (`_EventsLostOnce`)."""
     for handler in _console_handlers():
         handler.addFilter(_NoTracebacks())
+    for handler in logging.getLogger("prefect._internal").handlers:  # its own, to stderr
+        handler.addFilter(_EventsLostOnce())

@@ -61,9 +61,13 @@ def preset_with_overrides(summary: RunSummary) -> str:
     return f"{preset} with {fields}"
 
 
-def headline_markdown(summary: RunSummary, report_link: str) -> str:
+def _linked(text: str, link: str | None) -> str:
+    return f"[{text}]({link})" if link else text
+
+
+def headline_markdown(summary: RunSummary, report_link: str | None) -> str:
     """The headline artifact: the per-file table, goals, zero-std line, and a link to the full
-    report (`report_link`, a URL the UI opens)."""
+    report (`report_link`, a URL the UI opens; None when that artifact was not sent)."""
     after = summary.accuracy[list(summary.accuracy)[-1]]
     goals = goal_lines(summary.preset, after, sum(summary.wall_s.values()))
     met = sum(line.startswith("✅") for line in goals)
@@ -81,7 +85,8 @@ def headline_markdown(summary: RunSummary, report_link: str) -> str:
     parts += [
         f"`{summary.zero_std.line()}`; the NGRPO calibration changed {summary.zero_std.changed} "
         "of those groups.",
-        f"**[Full report: plots, slices, confusion matrix, review queue]({report_link})**  \n"
+        f"**{_linked('Full report: plots, slices, confusion matrix, review queue', report_link)}**"
+        "  \n"
         f"report.html: {markdown_text(summary.run_dir / 'report.html')}",
     ]
     return "\n\n".join(parts)

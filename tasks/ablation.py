@@ -33,6 +33,7 @@ from toolgrpo.reporting.plots import plot_learning_curves, png_data_uri
 from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.files import write_text_file
 from toolgrpo.schemas.run import ZeroStdGroups
+from toolgrpo.tasks.artifacts import send_artifact
 from toolgrpo.tasks.evaluate import evaluate_and_write
 from toolgrpo.tasks.train import Stage, recorded_key, train_stage
 from toolgrpo.training.config import TrainConfig
@@ -152,13 +153,19 @@ def publish_ablation(summary: AblationSummary, run_dir: Path) -> AblationReport:
     markdown = ablation_markdown(summary, verdict, plot)
     markdown_path = write_text_file(run_dir / "ablation.md", markdown + "\n")
     json_path = write_text_file(run_dir / "ablation.json", summary.model_dump_json(indent=2))
-    create_markdown_artifact(
+    send_artifact(
+        create_markdown_artifact,
+        markdown_path,
         markdown=markdown.replace(f"]({plot.name})", f"]({png_data_uri(plot)})"),
         key="ablation-report",
         description="SFT vs GRPO vs NGRPO: verdict and table",
     )
-    create_table_artifact(
-        table=results_table(summary), key="ablation-table", description="per start and arm"
+    send_artifact(
+        create_table_artifact,
+        json_path,
+        table=results_table(summary),
+        key="ablation-table",
+        description="per start and arm",
     )
     return AblationReport(
         markdown_path=markdown_path,

@@ -14,6 +14,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from toolgrpo.schemas.files import replace_dir
+from toolgrpo.tasks.artifacts import send_artifact
 from toolgrpo.training.own_base import BaseCard
 
 CARD_JSON = "base_card.json"
@@ -45,5 +46,11 @@ def publish_base(model_dir: Path, card: BaseCard, out: Path) -> Path:
         (folder / CARD_MARKDOWN).write_text(card.markdown(), encoding="utf-8")
 
     replace_dir(out, fill)
-    create_markdown_artifact(card.markdown(), key="base-card", description="the built base")
+    send_artifact(
+        create_markdown_artifact,
+        out / CARD_MARKDOWN,
+        markdown=card.markdown(),
+        key="base-card",
+        description="the built base",
+    )
     return out

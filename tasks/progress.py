@@ -9,6 +9,8 @@ from uuid import UUID
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from toolgrpo.tasks.artifacts import api_answered, api_failed
+
 
 class ProgressArtifact:
     """A Prefect progress artifact sent from a thread of its own.
@@ -61,7 +63,9 @@ class ProgressArtifact:
                     update_progress_artifact(
                         self._artifact_id, progress=progress, description=description
                     )
+                api_answered()
             except Exception as error:  # httpx timeouts and API errors alike
+                api_failed(error)
                 if not self._failed:
                     self._failed = True
                     self._logger.warning(

@@ -40,6 +40,7 @@ from toolgrpo.reporting.run_report import (
 )
 from toolgrpo.schemas.files import write_text_file
 from toolgrpo.schemas.run import RunSummary
+from toolgrpo.tasks.artifacts import send_artifact
 
 PLOTS_DIR = "plots"
 HEADLINE_KEY = "retrain-headline"
@@ -49,7 +50,7 @@ class PublishedReport(BaseModel):
     """Where the report went: report.html in the run folder, and its artifact in the UI."""
 
     html: Path
-    artifact_id: UUID
+    artifact_id: UUID | None  # None: not sent, the Prefect API was away
 
 
 @task(name="publish report", task_run_name="report", cache_policy=NO_CACHE)
@@ -75,32 +76,46 @@ def publish_report(
     write_text_file(run_dir / "report.html", report_html(markdown, run_dir, plots.values()))
 
     inline = {name: png_data_uri(path) for name, path in plots.items()}
-    report_id = create_markdown_artifact(
+    report_id = send_artifact(
+        create_markdown_artifact,
+        run_dir / "report.md",
         markdown=report_markdown(summary, after, mining, inline),
         key="retrain-report",
         description="the full report (report.md): before/after, plots, slices, confusion, "
         "review queue",
     )
     tables = metrics_tables(after)
-    create_table_artifact(
+    send_artifact(
+        create_table_artifact,
+        run_dir / "summary.json",
         table=before_after_rows(summary.accuracy),
         key="retrain-accuracy",
         description="tool accuracy after SFT and after GRPO; n: rows evaluated",
     )
-    create_table_artifact(
-        table=tables["slices"], key="retrain-slices", description="after GRPO, by slice"
+    send_artifact(
+        create_table_artifact,
+        run_dir / "report.md",
+        table=tables["slices"],
+        key="retrain-slices",
+        description="after GRPO, by slice",
     )
-    create_table_artifact(
+    send_artifact(
+        create_table_artifact,
+        run_dir / "report.md",
         table=tables["confusion"],
         key="retrain-confusion",
         description="after GRPO: labelled tool (rows) × predicted tool",
     )
-    create_table_artifact(
+    send_artifact(
+        create_table_artifact,
+        run_dir / "report.md",
         table=[pair.model_dump() for pair in mining.overlapping_pairs] or [{"pairs": "none"}],
         key="retrain-overlapping-tools",
         description="overlapping tool pairs (confident learning)",
     )
-    create_link_artifact(
+    send_artifact(
+        create_link_artifact,
+        run_dir / "report.html",
         link=(run_dir / "report.html").resolve().as_uri(),
         link_text=f"report.html in {run_dir}",
         key="retrain-run-folder",
@@ -110,11 +125,14 @@ def publish_report(
     return PublishedReport(html=run_dir / "report.html", artifact_id=report_id)
 
 
-def publish_headline(summary: RunSummary, report: PublishedReport) -> UUID:
+def publish_headline(summary: RunSummary, report: PublishedReport) -> UUID | None:
     """The headline artifact, linking to the report's. Call it from the flow, not from a task:
     the UI lists a flow run's own artifacts above its task runs', so this one comes first."""
-    return create_markdown_artifact(  # type: ignore[return-value]  # a sync call returns the id
-        markdown=headline_markdown(summary, f"/artifacts/artifact/{report.artifact_id}"),
+    report_link = f"/artifacts/artifact/{report.artifact_id}" if report.artifact_id else None
+    return send_artifact(  # type: ignore[return-value]  # a sync call returns the id
+        create_markdown_artifact,
+        summary.run_dir / "report.md",
+        markdown=headline_markdown(summary, report_link),
         key=HEADLINE_KEY,
         description="read first: accuracy per file with n, the preset's goals, zero-std groups",
     )

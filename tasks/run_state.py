@@ -18,7 +18,10 @@ from uuid import UUID
 from prefect import get_client, get_run_logger
 from prefect.client.schemas.objects import State, StateType
 from prefect.context import FlowRunContext
+from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from prefect.states import Running
+
+from toolgrpo.tasks.artifacts import api_answered, api_failed
 
 WATCH_INTERVAL_S = 2.0
 # The states in which the person at the UI wants the run stopped.
@@ -76,11 +79,18 @@ class FlowRunWatch:
         return _stop_reason(state)
 
     def _watch(self) -> None:
-        with get_client(sync_client=True) as client:
+        # One try a read, not the client's retries (about a minute when the server is gone):
+        # the next read is 2 s away, and an outage is then known at once (`ApiOutage`), so the
+        # report's artifacts do not each wait it out.
+        with (
+            temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}),
+            get_client(sync_client=True) as client,
+        ):
             while not self._done.wait(WATCH_INTERVAL_S):
                 try:
                     state = client.read_flow_run(self._run_id).state  # type: ignore[arg-type]
                 except Exception as error:  # the API away: training goes on regardless
+                    api_failed(error)
                     if not self._unreachable_said:
                         self._unreachable_said = True
                         self._logger.warning(
@@ -90,6 +100,7 @@ class FlowRunWatch:
                             error,
                         )
                     continue
+                api_answered()
                 if state is None:
                     continue
                 self._stop = _stop_reason(state)

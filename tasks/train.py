@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, ClassVar, Literal
 
@@ -37,6 +38,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import TerminationSignal
 from prefect.runtime import flow_run
+from prefect.states import Cancelled
 from pydantic import BaseModel
 
 from toolgrpo import training
@@ -176,12 +178,24 @@ class Supervised:
 def stop_training_processes() -> None:
     """Stop every training process this process supervises and start no other, as a command
     that is interrupted (Ctrl-C, SIGTERM) must: the threads that supervise them then end, and
-    the command with them, instead of waiting on training that goes on."""
+    the command with them, instead of waiting on training that goes on. Holds until the
+    enclosing `stoppable_training` block ends."""
     Supervised.stopping = True
     for process in list(Supervised.live):
         _terminate_group(process)
     for process in list(Supervised.live):
         _kill_group(process)
+
+
+@contextlib.contextmanager
+def stoppable_training() -> Iterator[None]:
+    """The span in which `stop_training_processes` keeps stages from starting: a flow and the
+    task threads it waits for. After it, stages start again, for the next flow of a process
+    that runs several (a test session, a notebook)."""
+    try:
+        yield
+    finally:
+        Supervised.stopping = False
 
 
 def _terminate_group(process: subprocess.Popen) -> None:
@@ -317,14 +331,31 @@ def train_stage(
     init_dir: Path | None = None,
     resume_key: str | None = None,
 ) -> StageResult:
+    """`supervise_stage` as a task run: one that a Cancel stopped ends Cancelled, not Failed, and
+    calling the task raises its `StageCancelled`; a crash is retried once (it resumes)."""
+    try:
+        return supervise_stage(stage, run_dir, config, timeout_s, init_dir, resume_key)
+    except StageCancelled as stopped:
+        return Cancelled(message=str(stopped), data=stopped)  # type: ignore[return-value]  # Prefect's way to end a task run in a state of one's choosing
+
+
+def supervise_stage(
+    stage: Stage,
+    run_dir: Path,
+    config: TrainConfig,
+    timeout_s: float,
+    init_dir: Path | None,
+    resume_key: str | None,
+) -> StageResult:
     """Run one training stage in `run_dir` as a subprocess and return where its model is.
 
     The config, placed on this machine's device, is written to `<run_dir>/train_config.json`
     for the child to read. Raises `ConfigError` when the machine cannot run it, `StageFailed`
-    (with the last lines of output) when the child exits non-zero or runs past `timeout_s`; a
-    second call on the same `run_dir` resumes from the last checkpoint. With a `resume_key` (a
-    hash of the stage's data, config and code), a first call in a new run folder resumes from
-    the checkpoint of an unfinished run with the same key in a sibling folder.
+    (with the last lines of output) when the child exits non-zero or runs past `timeout_s`, and
+    `StageCancelled` when a Cancel or the command stopping ends it; a second call on the same
+    `run_dir` resumes from the last checkpoint. With a `resume_key` (a hash of the stage's data,
+    config and code), a first call in a new run folder resumes from the checkpoint of an
+    unfinished run with the same key in a sibling folder.
     """
     logger = get_run_logger()
     config, note = place_here(config)

@@ -29,6 +29,7 @@ from toolgrpo.schemas.catalogue import Catalogue
 from toolgrpo.schemas.data_quality import DataReport
 from toolgrpo.schemas.files import replace_file, write_csv_file, write_text_file
 from toolgrpo.schemas.records import CONTRACT_COLUMNS
+from toolgrpo.tasks.artifacts import send_artifact
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.runs import failed_run, told_already
 from toolgrpo.validation import gate
@@ -100,8 +101,12 @@ def failed_gate(report: DataReport) -> State:
     failure = DataGateFailed(report)
     told_already(failure)
     gate_verdict(report, return_state=True)
-    create_markdown_artifact(
-        key=VERDICT_ARTIFACT, markdown=render_verdict(report), description=str(failure)
+    send_artifact(
+        create_markdown_artifact,
+        Path(report.run_dir or ".") / "report.md",
+        key=VERDICT_ARTIFACT,
+        markdown=render_verdict(report),
+        description=str(failure),
     )
     return failed_run(failure)
 
@@ -137,7 +142,9 @@ def publish_data_report(
     )
 
     verdict = "passed" if report.ok else "FAILED"
-    create_markdown_artifact(
+    send_artifact(
+        create_markdown_artifact,
+        run_dir / "report.md",
         key="data-quality-summary",
         markdown=markdown,
         description=f"data quality {verdict}: {report.rows_line()}",
@@ -147,18 +154,24 @@ def publish_data_report(
         for dimension, by_value in counts.items()
         for value, rows in by_value.items()
     ]
-    create_table_artifact(
+    send_artifact(
+        create_table_artifact,
+        run_dir / DATA_QUALITY_FILE,
         key="data-quality-counts",
         table=counts_table,
         description="rows by file (every row read), kind, lang, tool and step (readable rows)",
     )
     listed = report.failures[:MAX_LISTED_FAILURES]
-    create_table_artifact(
+    send_artifact(
+        create_table_artifact,
+        run_dir / "failures.csv",
         key="data-quality-failures",
         table=failure_records(listed),
         description=f"{len(listed)} of {len(report.failures)} problems; all in failures.csv",
     )
-    create_table_artifact(
+    send_artifact(
+        create_table_artifact,
+        run_dir / "conflicts.csv",
         key="data-quality-label-conflicts",
         table=conflict_records(report.conflicts),
         description=f"{len(report.conflicts)} label conflict(s): warnings for annotators",

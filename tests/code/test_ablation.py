@@ -21,11 +21,13 @@ from toolgrpo.ablation.merge import merge_summaries, read_summary
 from toolgrpo.ablation.summary import AblationSummary, AcrossSeeds, aggregate_arms
 from toolgrpo.ablation.verdict import compare, eval_noise, mean_change, write_verdict
 from toolgrpo.data import DATA_DIR
+from toolgrpo.flows import ablation as ablation_flow
 from toolgrpo.flows import cli
 from toolgrpo.flows.ablation import PARAMS_FILE, parse_params, run_ablation
 from toolgrpo.reporting.ablation import ablation_markdown
 from toolgrpo.reporting.plots import CURVES, learning_curves, plot_learning_curves
 from toolgrpo.schemas.run import ZeroStdGroups
+from toolgrpo.tasks.train import Supervised
 from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics, training_seconds
 from toolgrpo.training.overrides import load_preset, overridable_fields
@@ -667,6 +669,20 @@ def test_smoke_ablation_runs_its_arms_on_a_dask_cluster(prefect_harness, tmp_pat
     ]
     # One start and one arm, each computed to completion by a Dask worker.
     assert completed_on_dask == {"train_start": 1, "train_arm": 1}
+
+
+@pytest.mark.slow
+def test_an_interrupted_ablation_leaves_the_next_flow_free_to_train(
+    prefect_harness, tmp_path, monkeypatch
+):
+    def interrupted(_future):  # as Ctrl-C arrives while the flow waits on its arms
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ablation_flow, "_done", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_ablation(_smoke_params(tmp_path))
+    # Its arms were stopped and started no stage; a later flow of this process trains again.
+    assert not Supervised.live and not Supervised.stopping
 
 
 @pytest.mark.slow

@@ -149,6 +149,11 @@ def test_headline_lists_each_eval_file_with_n_and_the_change():
     assert "](/artifacts/artifact/1234)" in markdown
 
 
+def test_a_headline_whose_report_artifact_was_not_sent_points_to_the_file():
+    markdown = headline_markdown(_summary("cpu"), None)
+    assert "](" not in markdown and "report.html:" in markdown
+
+
 def test_headline_says_which_goals_of_the_preset_were_met():
     markdown = headline_markdown(_summary("cpu", wall_s=900), "/report")
     assert markdown.startswith("## Retrain `cpu`: 1 of 4 goals met, trained on this run's data")
