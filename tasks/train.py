@@ -38,7 +38,6 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import TerminationSignal
 from prefect.runtime import flow_run
-from prefect.states import Cancelled
 from pydantic import BaseModel
 
 from toolgrpo import training
@@ -331,12 +330,9 @@ def train_stage(
     init_dir: Path | None = None,
     resume_key: str | None = None,
 ) -> StageResult:
-    """`supervise_stage` as a task run: one that a Cancel stopped ends Cancelled, not Failed, and
-    calling the task raises its `StageCancelled`; a crash is retried once (it resumes)."""
-    try:
-        return supervise_stage(stage, run_dir, config, timeout_s, init_dir, resume_key)
-    except StageCancelled as stopped:
-        return Cancelled(message=str(stopped), data=stopped)  # type: ignore[return-value]  # Prefect's way to end a task run in a state of one's choosing
+    """`supervise_stage` as a task run; a crash is retried once (it resumes from its last
+    checkpoint), a bad config, a timeout or a Cancel is not."""
+    return supervise_stage(stage, run_dir, config, timeout_s, init_dir, resume_key)
 
 
 def supervise_stage(
