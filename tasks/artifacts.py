@@ -28,12 +28,10 @@ class ApiOutage:
     process, one API."""
 
     away: ClassVar[bool] = False
-    cause: ClassVar[str] = ""
 
 
-def api_failed(error: BaseException) -> None:
+def api_failed() -> None:
     ApiOutage.away = True
-    ApiOutage.cause = str(error) or type(error).__name__
 
 
 def api_answered() -> None:
@@ -60,12 +58,12 @@ def send_artifact(create: Callable[..., T], kept_in: Path, **artifact: Any) -> T
     try:
         result = create(**artifact)
     except httpx.HTTPError as error:  # connection refused, timeouts, 5xx after the retries
-        api_failed(error)
+        api_failed()
         logger.warning(
             "artifact %s not sent to the Prefect API (%s); the run goes on, it is in %s, and "
             "no artifact is sent while the API is away",
             key,
-            ApiOutage.cause,
+            str(error) or type(error).__name__,
             kept_in,
         )
         return None

@@ -65,7 +65,7 @@ class ProgressArtifact:
                     )
                 api_answered()
             except Exception as error:  # httpx timeouts and API errors alike
-                api_failed(error)
+                api_failed()
                 if not self._failed:
                     self._failed = True
                     self._logger.warning(

@@ -90,7 +90,7 @@ class FlowRunWatch:
                 try:
                     state = client.read_flow_run(self._run_id).state  # type: ignore[arg-type]
                 except Exception as error:  # the API away: training goes on regardless
-                    api_failed(error)
+                    api_failed()
                     if not self._unreachable_said:
                         self._unreachable_said = True
                         self._logger.warning(

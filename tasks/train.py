@@ -330,19 +330,6 @@ def train_stage(
     init_dir: Path | None = None,
     resume_key: str | None = None,
 ) -> StageResult:
-    """`supervise_stage` as a task run; a crash is retried once (it resumes from its last
-    checkpoint), a bad config, a timeout or a Cancel is not."""
-    return supervise_stage(stage, run_dir, config, timeout_s, init_dir, resume_key)
-
-
-def supervise_stage(
-    stage: Stage,
-    run_dir: Path,
-    config: TrainConfig,
-    timeout_s: float,
-    init_dir: Path | None,
-    resume_key: str | None,
-) -> StageResult:
     """Run one training stage in `run_dir` as a subprocess and return where its model is.
 
     The config, placed on this machine's device, is written to `<run_dir>/train_config.json`
@@ -351,7 +338,8 @@ def supervise_stage(
     `StageCancelled` when a Cancel or the command stopping ends it; a second call on the same
     `run_dir` resumes from the last checkpoint. With a `resume_key` (a hash of the stage's data,
     config and code), a first call in a new run folder resumes from the checkpoint of an
-    unfinished run with the same key in a sibling folder.
+    unfinished run with the same key in a sibling folder. A crash is retried once (it resumes
+    from its last checkpoint); a bad config, a timeout or a Cancel is not.
     """
     logger = get_run_logger()
     config, note = place_here(config)
