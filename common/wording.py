@@ -1,9 +1,9 @@
 """The wording of a request: which tools its words name (the catalogue's keywords, en and zh).
 
 The miner's wording evidence and the context checks' `step_named_by_request` read a request
-through one function, `request_names`: accounts, symbols and named accounts masked (they are
-slot values, not wording), then each tool's keywords matched, a word inside another tool's
-longer keyword left to that tool.
+through one function, `request_names`: accounts, symbols and the catalogue's `not_naming`
+phrases masked (slot values and phrases that ask for no tool, not wording), then each tool's
+keywords matched, a word inside another tool's longer keyword left to that tool.
 """
 
 from __future__ import annotations
@@ -104,13 +104,29 @@ def keyword_hits(request: str, patterns: dict[str, ToolKeywords]) -> dict[str, l
     return hits
 
 
-# ... and so are the same accounts written out: "my checking account" names no check_balance.
-_NAMED_ACCOUNT = re.compile(r"\b(?:checking|savings|brokerage|wealth) account\b", re.IGNORECASE)
+def _not_naming_pattern(catalogue: Catalogue) -> re.Pattern[str] | None:
+    """The catalogue's `not_naming` phrases as one pattern, longest first; None: it has none."""
+    phrases = [*catalogue.not_naming.texts("en"), *catalogue.not_naming.texts("zh")]
+    if not phrases:
+        return None
+    alternatives = [
+        (r"\b" if phrase.isascii() else "") + re.escape(phrase)
+        for phrase in sorted(phrases, key=len, reverse=True)
+    ]
+    return re.compile("|".join(alternatives), re.IGNORECASE)
 
 
-def mask_identifiers(text: str) -> str:
-    """`text` with accounts and upper-case identifiers replaced by placeholders."""
-    return IDENTIFIER.sub("<id>", _NAMED_ACCOUNT.sub("<acc>", ACCOUNT.sub("<acc>", text)))
+_not_naming = cache(_not_naming_pattern)
+
+
+def mask_slot_values(text: str, catalogue: Catalogue) -> str:
+    """`text` with accounts and upper-case identifiers replaced by placeholders, and the
+    catalogue's `not_naming` phrases ("my checking account") by one of their own: slot values
+    and phrases that ask for no tool, not wording."""
+    not_naming = _not_naming(catalogue)
+    if not_naming is not None:
+        text = not_naming.sub("<_>", text)
+    return IDENTIFIER.sub("<id>", ACCOUNT.sub("<acc>", text))
 
 
 # Markers of the step a thought commits to, strongest first: "now" (a later step may recall what
@@ -135,8 +151,6 @@ _NEGATION_BEFORE = re.compile(
     r"(?:不能|不可以|无法|没法|不|\b(?:cannot|can't|can not|won't|unable to|not|don't))\s*$",
     re.IGNORECASE,
 )
-# Phrases that contain a keyword but name no tool ("in order to" is not an order).
-_NOT_A_TOOL = ("in order to",)
 
 
 class _KeywordScanner(NamedTuple):
@@ -149,10 +163,12 @@ def _keyword_scanner(catalogue: Catalogue) -> _KeywordScanner:
     """One pattern over every tool's catalogue keywords (en and zh), longest first.
 
     Longest first makes overlapping keywords name the more specific tool: 股价 (get_quote)
-    before 股 (place_order), "not enough" (respond) before "enough" (check_balance).
+    before 股 (place_order), "not enough" (respond) before "enough" (check_balance). The
+    catalogue's `not_naming` phrases name no tool: "in order to" holds no order.
     """
-    tools_by_keyword: dict[str, set[str]] = {phrase: set() for phrase in _NOT_A_TOOL}
-    english: set[str] = set(_NOT_A_TOOL)
+    skipped = [*catalogue.not_naming.texts("en"), *catalogue.not_naming.texts("zh")]
+    tools_by_keyword: dict[str, set[str]] = {phrase.lower(): set() for phrase in skipped}
+    english: set[str] = {phrase.lower() for phrase in skipped if phrase.isascii()}
     for tool in catalogue.tools:
         for language in ("en", "zh"):
             for word in tool.keywords.texts(language):
@@ -253,4 +269,4 @@ def _catalogue_patterns(catalogue: Catalogue) -> dict[str, ToolKeywords]:
 def request_names(request: str, catalogue: Catalogue) -> dict[str, list[str]]:
     """Per tool, the words of `request` that name it: its identifiers masked, then
     `keyword_hits` with the catalogue's keywords. The one reading of a request's wording."""
-    return keyword_hits(mask_identifiers(request), _catalogue_patterns(catalogue))
+    return keyword_hits(mask_slot_values(request, catalogue), _catalogue_patterns(catalogue))

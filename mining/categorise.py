@@ -220,7 +220,7 @@ def categorise(
     )
     by_text: dict[str, list[tuple[str, str]]] = defaultdict(list)
     by_template: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    templates = [request_template(p) for p in rows["prompt"]]
+    templates = [request_template(p, catalogue) for p in rows["prompt"]]
     for row_id, same, template, label in zip(
         rows["id"], rows["_same"], templates, rows["label_tool"], strict=True
     ):

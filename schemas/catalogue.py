@@ -201,6 +201,12 @@ class Catalogue(BaseModel):
     # who the agent is, in the system prompt's "You are …": a team's own domain, not ours
     assistant: str = Field("an assistant", min_length=1, max_length=200)
     tools: list[Tool] = Field(min_length=1)
+    not_naming: Bilingual = Field(
+        Bilingual(en=[]),
+        description='phrases that hold a tool\'s keyword but ask for no tool ("in order to", '
+        "an account called \"checking account\"): skipped wherever a request's or a thought's "
+        "wording is read",
+    )
 
     @model_validator(mode="after")
     def _names_unique_and_schemas_compile(self) -> Catalogue:

@@ -16,7 +16,12 @@ from bench.domains import smart_home
 from bench.mine import KINDS, ROWS_PER_KIND, plant_mistakes
 from tests.code.prediction_rows import prediction_row, predictions_frame
 from tests.code.test_context import loaded_rows
-from toolgrpo.common.wording import keyword_hits, keyword_patterns
+from toolgrpo.common.wording import (
+    keyword_hits,
+    keyword_patterns,
+    request_names,
+    thought_action_consistent,
+)
 from toolgrpo.data import DATA_DIR
 from toolgrpo.mining.categorise import Category
 from toolgrpo.mining.miner import mine_errors
@@ -133,6 +138,22 @@ def test_a_last_step_redoing_a_tool_the_request_names_once(tmp_path, last, flagg
     assert found == label_inconsistencies(frame, HOME, screen=False)
     expected = [("d-2", STEP_NAMED_BY_REQUEST, "unlock_door")] if flagged else []
     assert [(f.id, f.check, f.alternative) for f in found] == expected
+
+
+def test_phrases_the_catalogue_says_name_no_tool_are_skipped_by_both_readers():
+    """A team's `not_naming` phrase ("dark outside" holds lights_off's "dark") is no request for
+    that tool, nor a thought's announcement of it; without it, both read one."""
+    request, thought = (
+        "Play some jazz while it is dark outside",
+        "It is dark outside; jazz it is.",
+    )
+    solution = {"thought": thought, "action": {"tool": "play_music", "params": {}}}
+    assert request_names(request, HOME).keys() == {"lights_off", "play_music"}
+    assert not thought_action_consistent(json.dumps(solution), HOME)
+
+    told = Catalogue.model_validate(HOME.model_dump() | {"not_naming": {"en": ["dark outside"]}})
+    assert request_names(request, told).keys() == {"play_music"}
+    assert thought_action_consistent(json.dumps(solution), told)
 
 
 def _recall(found: set[str], key: dict[str, str], kind: str) -> float:

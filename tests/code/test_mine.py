@@ -50,19 +50,22 @@ def test_keywords_match_words_in_both_languages_and_split_phrasal_verbs():
 
 
 def test_near_identical_requests_share_a_template_whatever_the_slot_values():
-    assert request_template("Withdraw 50 rupees from ACC002.") == request_template(
-        "Withdraw 100,000 from ACC917."
-    )
-    assert request_template("从 ACC612 取 2530元") == request_template("从 ACC001 取 43万")
-    assert request_template("Buy 10 AAPL") == request_template("Buy 7 V")
+    def same(first: str, second: str) -> bool:
+        return request_template(first, CATALOGUE) == request_template(second, CATALOGUE)
+
+    assert same("Withdraw 50 rupees from ACC002.", "Withdraw 100,000 from ACC917.")
+    assert same("从 ACC612 取 2530元", "从 ACC001 取 43万")
+    assert same("Buy 10 AAPL", "Buy 7 V")
+    # the catalogue's phrases that name no tool are slot values too
+    assert same("Pay 50 into my savings account", "Pay 9 into my checking account")
 
 
 def test_amounts_stay_in_the_template_once_steps_have_run():
     """After a balance check the request's amount decides the next step, so it is kept."""
     history = "\n\nPrevious steps:\nStep 1: check_balance → balance 50,000"
-    assert request_template("If ACC001 has enough, withdraw 75,000" + history) != request_template(
-        "If ACC001 has enough, withdraw 40,000" + history
-    )
+    assert request_template(
+        "If ACC001 has enough, withdraw 75,000" + history, CATALOGUE
+    ) != request_template("If ACC001 has enough, withdraw 40,000" + history, CATALOGUE)
 
 
 # --- one category per error ----------------------------------------------------------------
