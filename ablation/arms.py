@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from toolgrpo.evaluation.metrics import EvalMetrics
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.training.config import GRPO_LAYOUT_UNSET, Scope, TrainConfig, ZeroStdOn
-from toolgrpo.training.overrides import load_preset, with_overrides
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.stage import saved_checkpoints
 
 Start = Literal["single_only", "partial", "default"]

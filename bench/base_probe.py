@@ -25,8 +25,8 @@ from toolgrpo.generator.numeracy import build_exercises
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.schemas.catalogue import load_catalogue
 from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.model import load_model
-from toolgrpo.training.overrides import load_preset
 
 FIGURES = re.compile(r"(\d+(?:\.\d+)?) · \D*?(\d+(?:\.\d+)?) → ([^，,]+)")
 COVER_THOUGHT = ("Needed ", "需要 ")

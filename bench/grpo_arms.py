@@ -26,7 +26,7 @@ from sft_arms import eval_frame, parse_arm, prediction_cells, run_side_by_side
 
 from toolgrpo.evaluation.predict import EvalSettings, predict
 from toolgrpo.training.config import GRPO_LAYOUT_UNSET
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 
 GRPO_WALL = "GRPO wall time (s)"
 

@@ -51,9 +51,9 @@ import transformers
 from transformers import AutoTokenizer
 
 from toolgrpo.training.config import GRPO_LAYOUT_UNSET, TrainConfig
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
-from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.samples import read_samples
 
 PRESET = "cpu"

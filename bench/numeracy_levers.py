@@ -58,7 +58,7 @@ from toolgrpo.generator.comparisons import (
     whole,
 )
 from toolgrpo.generator.numeracy import EXERCISES_FILE, comparison_drills
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 
 DIGITS_REV = "b2b2a71"  # the last commit that shipped the digit-restating reasoning
 TRAIN_FILES = ("single_step.jsonl", "multistep.jsonl")

@@ -27,8 +27,8 @@ from transformers import AutoTokenizer, TrainerCallback
 from toolgrpo.data import DATA_DIR
 from toolgrpo.reporting.markdown import markdown_table
 from toolgrpo.training.chat import chat_prompt
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.device import place_here, stage_threads
-from toolgrpo.training.overrides import load_preset
 from toolgrpo.training.pretrained import resolve_base
 from toolgrpo.training.sft import sft_config, sft_trainer
 

@@ -34,8 +34,8 @@ import cyclopts
 
 from toolgrpo.tasks.train import stage_command
 from toolgrpo.training.config import CONFIG_FILENAME, GRPO_LAYOUT_UNSET, TrainConfig
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
-from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.samples import sft_rows
 
 PRESET = "cpu"

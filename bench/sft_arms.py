@@ -36,7 +36,7 @@ from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.completion import completion_text, first_json_object
 from toolgrpo.schemas.samples import split_prompt
 from toolgrpo.training.arithmetic import stated_comparison
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.validation.label_rules import condition_verdict
 
 EVAL_FILES = [

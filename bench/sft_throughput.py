@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers.trainer_callback import PrinterCallback
 
 from toolgrpo.training.chat import chat_prompt
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.samples import sft_rows
 from toolgrpo.training.sft import SFTTrainerSeeded, initial_model, sft_config, sft_trainer
 

@@ -19,8 +19,8 @@ import torch
 from transformers import AutoConfig, PretrainedConfig
 
 from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, Device, TrainConfig
+from toolgrpo.training.config_overrides import read_config
 from toolgrpo.training.device import cpu_has_bf16
-from toolgrpo.training.overrides import read_config
 
 # (decoding, scoring) batch sizes on the CPU: the fastest in `bench/evaluate.py` on 2 cores.
 CPU_BATCH_SIZES = (32, 16)

@@ -37,7 +37,7 @@ from toolgrpo.schemas.predictions import probability_columns, validate_predictio
 from toolgrpo.schemas.samples import NO_CONDITION, sample_source
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import CONFIG_FILENAME, Device
-from toolgrpo.training.overrides import read_config
+from toolgrpo.training.config_overrides import read_config
 
 # Room left above the longest labelled solution: a longer answer is a runaway, not a format.
 MAX_NEW_TOKENS_MARGIN = 1.25

@@ -49,7 +49,7 @@ from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import fingerprint, stop_training_processes, stoppable_training
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training.config import ConfigError
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 
 HELD_OUT = [DATA_DIR / "eval" / "single_step.jsonl", DATA_DIR / "eval" / "multistep.jsonl"]
 

@@ -226,7 +226,7 @@ def build_base(
     from toolgrpo.flows.own_base import build_base as build
     from toolgrpo.flows.own_base import check_out
     from toolgrpo.tasks.train import StageFailed
-    from toolgrpo.training.overrides import load_preset
+    from toolgrpo.training.config_overrides import load_preset
 
     with refusing(2, ValueError):  # ConfigError and NotABaseFolder included
         overrides = config_overrides(set_ or [])
@@ -568,7 +568,7 @@ def retrain_parameters(
     from toolgrpo.flows.retrain_parameters import BASE_RECIPE, FLOW_FIELDS, RetrainOverrides
     from toolgrpo.schemas.catalogue import load_catalogue
     from toolgrpo.schemas.errors import validation_problems
-    from toolgrpo.training.overrides import load_preset
+    from toolgrpo.training.config_overrides import load_preset
 
     overrides = config_overrides(set_)
     if owned := sorted(overrides.keys() & FLOW_FIELDS.keys()):

@@ -31,7 +31,7 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.flows.data_quality import DATA_QUALITY_TAGS, data_quality
 from toolgrpo.flows.prefect_api import crash_leftovers
 from toolgrpo.flows.retrain import RETRAIN_TAGS, SHIPPED_EVAL_FILES, retrain
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 
 NIGHTLY_CRON = "0 2 * * *"  # 02:00 every night; unchanged data hits the training cache
 # On the hour, whenever `serve` started (an interval would restart its clock at each start).

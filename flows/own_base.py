@@ -19,7 +19,7 @@ from toolgrpo.tasks.own_base import CARD_JSON, publish_base, read_card
 from toolgrpo.tasks.runs import new_run_dir
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training import Preset
-from toolgrpo.training.overrides import load_preset, with_overrides
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.own_base import STAGE, BaseCard, base_card, build_key
 
 

@@ -47,8 +47,8 @@ from toolgrpo.tasks.train import StageCancelled, StageResult, fingerprint, train
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training import Preset
 from toolgrpo.training.config import ConfigError, TrainConfig
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.metrics import read_metrics
-from toolgrpo.training.overrides import load_preset, with_overrides
 
 CATALOGUE_FILE = "catalogue.json"
 # Every retrain run's tags, from the CLI or a deployment (which adds its own name).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toolgrpo.training.overrides import Overrides, overrides_model
+from toolgrpo.training.config_overrides import Overrides, overrides_model
 
 # Training config fields the flow sets itself, and the parameter that sets each.
 FLOW_FIELDS = {

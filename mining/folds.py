@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from toolgrpo.training.config import TrainConfig
-from toolgrpo.training.overrides import with_overrides
+from toolgrpo.training.config_overrides import with_overrides
 
 
 def scenario_folds(scenarios: Iterable[tuple[str, str]], folds: int, seed: int) -> list[set[str]]:

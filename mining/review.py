@@ -16,7 +16,7 @@ from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.completion import first_json_object, written_action
 from toolgrpo.schemas.files import cell_text
 from toolgrpo.schemas.inputs import check_input
-from toolgrpo.schemas.overrides import LabelOverride
+from toolgrpo.schemas.label_overrides import LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.validation.gate import schema_failures
 from toolgrpo.validation.loader import apply_overrides
@@ -212,7 +212,7 @@ def overrides_from_review(
     catalogue: Catalogue | None = None,
     allow_unknown: bool = False,
 ) -> list[LabelOverride]:
-    """The overrides (`schemas.overrides.LabelOverride`) of a review queue CSV annotators filled
+    """The label overrides (`LabelOverride`) of a review queue CSV annotators filled
     in, each checked against its row of `rows` (the loader's frame of the data files) as the next
     data gate will check it.
 

@@ -15,7 +15,7 @@ from toolgrpo.data import DATA_DIR
 from toolgrpo.reporting.markdown import Markdown, code_span, markdown_table
 from toolgrpo.training import Preset
 from toolgrpo.training.config import TrainConfig
-from toolgrpo.training.overrides import (
+from toolgrpo.training.config_overrides import (
     load_preset,
     overridable_fields,
     preset_names,

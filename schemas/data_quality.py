@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from toolgrpo.schemas.overrides import AppliedOverride
+from toolgrpo.schemas.label_overrides import AppliedOverride
 from toolgrpo.schemas.problems import Problem
 
 

@@ -22,7 +22,7 @@ from toolgrpo.schemas.files import (
     write_csv_file,
     write_text_file,
 )
-from toolgrpo.schemas.overrides import LabelOverride
+from toolgrpo.schemas.label_overrides import LabelOverride
 from toolgrpo.validation.loader import read_overrides
 
 

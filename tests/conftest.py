@@ -53,7 +53,7 @@ def small_gemma(truncated_gemma, tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from toolgrpo.training.chat import chat_prompt
-    from toolgrpo.training.overrides import load_preset
+    from toolgrpo.training.config_overrides import load_preset
     from toolgrpo.training.samples import grpo_rows
     from toolgrpo.training.vocabulary import cut_vocabulary
 

@@ -21,11 +21,11 @@ import torch
 import transformers
 
 from toolgrpo.training.config import CONFIG_FILENAME, ConfigError, TrainConfig
+from toolgrpo.training.config_overrides import load_preset, read_config
 from toolgrpo.training.device import end_process_group, place_here, stage_threads
 from toolgrpo.training.grpo import run_grpo
 from toolgrpo.training.model import BaseModelError
 from toolgrpo.training.orphans import end_with_parent
-from toolgrpo.training.overrides import load_preset, read_config
 from toolgrpo.training.own_base import run_base
 from toolgrpo.training.pretrained import BaseFetchError
 from toolgrpo.training.samples import SamplesError

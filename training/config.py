@@ -25,7 +25,7 @@ argparse's. Pydantic keeps one-line errors that name the dotted field, rejects u
 (with the closest known one), and does not import TRL, so the flows can read a config without
 loading torch.
 
-Presets, dotted overrides (`with_overrides`) and their typed form are `training.overrides`,
+Presets, dotted overrides (`with_overrides`) and their typed form are `training.config_overrides`,
 which builds on this module.
 """
 

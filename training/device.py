@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from toolgrpo.common.cpus import usable_cpus
 from toolgrpo.training.config import ConfigError, RuntimeSection, TrainConfig, accelerate_engine
-from toolgrpo.training.overrides import with_overrides
+from toolgrpo.training.config_overrides import with_overrides
 
 
 class Placement(NamedTuple):

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.errors import validation_problems
 from toolgrpo.schemas.inputs import input_problem
-from toolgrpo.schemas.overrides import AppliedOverride, LabelOverride
+from toolgrpo.schemas.label_overrides import AppliedOverride, LabelOverride
 from toolgrpo.schemas.problems import Problem, shown
 from toolgrpo.schemas.records import RECORD_SCHEMA, SampleRecord
 from toolgrpo.validation.gc_pause import cycle_collector_paused

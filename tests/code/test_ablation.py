@@ -29,8 +29,8 @@ from toolgrpo.reporting.plots import CURVES, learning_curves, plot_learning_curv
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.train import Supervised
 from toolgrpo.training.config import CONFIG_FILENAME, TrainConfig
+from toolgrpo.training.config_overrides import load_preset, overridable_fields
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics, training_seconds
-from toolgrpo.training.overrides import load_preset, overridable_fields
 from toolgrpo.validation.gate import DataGateFailed
 
 

@@ -14,9 +14,9 @@ from toolgrpo.training.arithmetic import (
     comparison_right,
     stated_comparison,
 )
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.grpo import grpo_dataset, reward_functions
 from toolgrpo.training.model import train_tokenizer
-from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.rewards import RewardWeights
 
 POINTS = RewardWeights(arithmetic=0.2)

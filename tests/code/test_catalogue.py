@@ -19,8 +19,8 @@ from toolgrpo.schemas.catalogue import (
 )
 from toolgrpo.tasks.train import fingerprint
 from toolgrpo.training.chat import system_prompt
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.model import build_tiny
-from toolgrpo.training.overrides import load_preset
 from toolgrpo.training.rewards import score_completion
 from toolgrpo.validation.gate import DataGateFailed, validate_samples
 from toolgrpo.validation.loader import load_samples

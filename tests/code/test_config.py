@@ -17,8 +17,7 @@ from trl import SFTConfig
 from toolgrpo.data import DATA_DIR
 from toolgrpo.schemas.catalogue import default_catalogue
 from toolgrpo.schemas.samples import is_condition_fails, is_conditional
-from toolgrpo.training import Preset
-from toolgrpo.training import overrides as overrides_module
+from toolgrpo.training import Preset, config_overrides
 from toolgrpo.training.__main__ import main as training_main
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
@@ -27,17 +26,17 @@ from toolgrpo.training.config import (
     RuntimeSection,
     SFTSection,
 )
-from toolgrpo.training.device import place
-from toolgrpo.training.grpo import grpo_config, reward_functions
-from toolgrpo.training.model import lora_config
-from toolgrpo.training.ngrpo import NGRPOConfig
-from toolgrpo.training.overrides import (
+from toolgrpo.training.config_overrides import (
     load_preset,
     overridable_fields,
     overrides_model,
     preset_names,
     read_config,
 )
+from toolgrpo.training.device import place
+from toolgrpo.training.grpo import grpo_config, reward_functions
+from toolgrpo.training.model import lora_config
+from toolgrpo.training.ngrpo import NGRPOConfig
 from toolgrpo.training.rewards import COMPONENT_REWARDS
 from toolgrpo.training.samples import (
     SamplesError,
@@ -71,7 +70,7 @@ def test_cpu_preset_trains_on_the_walked_rows_and_mixes_in_drills_and_paraphrase
 
 
 def test_a_preset_extending_itself_is_a_config_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(overrides_module, "PRESETS_DIR", tmp_path)
+    monkeypatch.setattr(config_overrides, "PRESETS_DIR", tmp_path)
     (tmp_path / "a.yaml").write_text("extends: b\n")
     (tmp_path / "b.yaml").write_text("extends: a\nseed: 3\n")
     with pytest.raises(ConfigError, match="presets extend each other in a circle: a → b → a"):

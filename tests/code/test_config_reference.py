@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from toolgrpo.reporting.config_reference import REGENERATE, render_configuration_reference
-from toolgrpo.training.overrides import overridable_fields, preset_names
+from toolgrpo.training.config_overrides import overridable_fields, preset_names
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

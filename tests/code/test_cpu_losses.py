@@ -4,7 +4,7 @@ count, not with TRL's fused LM head: the same numbers as TRL's, at a fraction of
 import torch
 from trl import GRPOTrainer, SFTTrainer
 
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.sft import sft_trainer
 
 

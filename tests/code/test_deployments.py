@@ -32,7 +32,7 @@ from toolgrpo.flows.deployments import (
     unresponsive_runs,
 )
 from toolgrpo.flows.retrain import retrain
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_TEMPLATE = REPO_ROOT / "deploy" / "kubernetes-gpu-job-template.json"

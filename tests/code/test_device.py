@@ -15,9 +15,9 @@ from toolgrpo.evaluation.device import (
     rows_that_fit,
 )
 from toolgrpo.training.config import ConfigError
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.device import place
 from toolgrpo.training.model import BaseModelError, fit_chat_tokenizer, train_tokenizer
-from toolgrpo.training.overrides import load_preset, with_overrides
 
 EVERYTHING_INSTALLED = {"installed": lambda package: True}
 NOTHING_INSTALLED = {"installed": lambda package: False}

@@ -44,7 +44,7 @@ from toolgrpo.schemas.catalogue import (
     load_catalogue,
 )
 from toolgrpo.schemas.files import replace_dir, write_csv_file
-from toolgrpo.schemas.overrides import LabelOverride
+from toolgrpo.schemas.label_overrides import LabelOverride
 from toolgrpo.schemas.problems import shown
 from toolgrpo.schemas.run import RunSummary, ZeroStdGroups
 from toolgrpo.tasks import mine as mine_tasks

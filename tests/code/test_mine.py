@@ -21,10 +21,10 @@ from toolgrpo.mining.evidence import request_template
 from toolgrpo.mining.folds import fold_config, scenario_folds
 from toolgrpo.mining.miner import mine_errors
 from toolgrpo.mining.review import ReviewError, overrides_from_review
-from toolgrpo.schemas.overrides import LabelOverride
+from toolgrpo.schemas.label_overrides import LabelOverride
 from toolgrpo.tasks.load import load_samples
 from toolgrpo.tasks.mine import mine, write_label_overrides
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 
 PATTERNS = keyword_patterns(CATALOGUE)
 

@@ -15,7 +15,7 @@ from toolgrpo.reporting.headline import headline_markdown
 from toolgrpo.reporting.run_report import before_after_rows, report_html, report_markdown
 from toolgrpo.schemas.run import Headline, RunSummary, StageTraining, ZeroStdGroups
 from toolgrpo.tasks.train import fingerprint, training_code
-from toolgrpo.training.overrides import load_preset, with_overrides
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 
 
 def _headline(value: float, sources: tuple[str, ...] = ("eval/a", "eval/b")) -> Headline:

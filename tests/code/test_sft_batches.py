@@ -2,7 +2,7 @@
 rows of one shuffled window, less padding than one padded batch, and an order that follows the
 seed and the epoch."""
 
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.sft import sft_trainer
 
 ROWS_PER_STEP, MICRO_BATCHES = 8, 4

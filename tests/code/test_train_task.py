@@ -23,8 +23,8 @@ from toolgrpo.tasks.train import (
 )
 from toolgrpo.training import device
 from toolgrpo.training.config import CONFIG_FILENAME, trl_accelerate_configs
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.device import stage_threads
-from toolgrpo.training.overrides import load_preset, with_overrides
 
 
 def test_one_process_runs_python_m_training():

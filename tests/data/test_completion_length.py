@@ -4,7 +4,7 @@ every shipped solution whole in the tokenizer the preset builds (`training.sft.t
 from __future__ import annotations
 
 from toolgrpo.data import DATA_DIR
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.samples import read_samples
 from toolgrpo.training.sft import tiny_model
 

@@ -8,8 +8,8 @@ import pytest
 from toolgrpo.flows import cli
 from toolgrpo.flows.own_base import build_base
 from toolgrpo.tasks.own_base import CARD_JSON, CARD_MARKDOWN, read_card
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.model import load_model
-from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.own_base import build_key, passage_example
 
 pytestmark = pytest.mark.slow

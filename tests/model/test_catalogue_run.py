@@ -9,7 +9,7 @@ import pytest
 from toolgrpo.flows.retrain import CATALOGUE_FILE, RetrainOverrides, retrain
 from toolgrpo.schemas.catalogue import DEFAULT_CATALOGUE
 from toolgrpo.training.config import CONFIG_FILENAME
-from toolgrpo.training.overrides import read_config
+from toolgrpo.training.config_overrides import read_config
 
 pytestmark = pytest.mark.slow
 

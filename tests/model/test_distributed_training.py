@@ -6,8 +6,8 @@ from prefect.logging import disable_run_logger
 from transformers import AutoModelForCausalLM
 
 from toolgrpo.tasks.train import train_stage
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.metrics import read_metrics
-from toolgrpo.training.overrides import load_preset
 
 pytestmark = pytest.mark.slow
 

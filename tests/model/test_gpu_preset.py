@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM
 from toolgrpo.evaluation.device import eval_device
 from toolgrpo.flows.retrain import RetrainOverrides, retrain
 from toolgrpo.training.config import CONFIG_FILENAME
+from toolgrpo.training.config_overrides import read_config
 from toolgrpo.training.device import cpu_has_bf16
-from toolgrpo.training.overrides import read_config
 
 pytestmark = pytest.mark.slow
 CUDA = torch.cuda.is_available()

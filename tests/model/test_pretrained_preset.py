@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from toolgrpo.flows.retrain import RetrainOverrides, retrain
 from toolgrpo.training.config import CONFIG_FILENAME
+from toolgrpo.training.config_overrides import read_config
 from toolgrpo.training.device import cpu_has_bf16
-from toolgrpo.training.overrides import read_config
 
 pytestmark = pytest.mark.slow
 SMALL = {

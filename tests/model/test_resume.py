@@ -8,8 +8,8 @@ from prefect.logging import disable_run_logger
 
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training.config import ConfigError
+from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.metrics import METRICS_FILENAME
-from toolgrpo.training.overrides import load_preset, with_overrides
 from toolgrpo.training.stage import saved_checkpoints
 
 pytestmark = pytest.mark.slow

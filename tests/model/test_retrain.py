@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM
 from toolgrpo.flows.retrain import SHIPPED_EVAL_FILES, RetrainOverrides, retrain
 from toolgrpo.tasks.cache_locks import ProcessFileLocks
 from toolgrpo.tasks.runs import files_hash
+from toolgrpo.training.config_overrides import load_preset
 from toolgrpo.training.orphans import this_process
-from toolgrpo.training.overrides import load_preset
 from toolgrpo.validation.gate import DataGateFailed
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 from prefect import flow
 
 from toolgrpo.tasks.train import train_stage
-from toolgrpo.training.overrides import load_preset
+from toolgrpo.training.config_overrides import load_preset
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from toolgrpo.tasks.train import train_stage
 from toolgrpo.training.chat import chat_prompt
 from toolgrpo.training.config import CONFIG_FILENAME
+from toolgrpo.training.config_overrides import load_preset, read_config
 from toolgrpo.training.metrics import METRICS_FILENAME, read_metrics
-from toolgrpo.training.overrides import load_preset, read_config
 from toolgrpo.training.stage import last_checkpoint
 
 pytestmark = pytest.mark.slow
