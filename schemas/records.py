@@ -1,5 +1,6 @@
 """The row as a file holds it (`SampleRecord`): what the loader reads, before the contract's
-rules (`samples`). Apart from pandera, so that a command can start reading its files before the
+rules (`samples`). The one declaration of the contract's columns: the loader's polars schema and
+the pandera models' columns are read from it. Apart from pandera, so that a command can start reading its files before the
 checks' libraries are imported."""
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ class SampleRecord(BaseModel):
 
 
 CONTRACT_COLUMNS = list(SampleRecord.model_fields)
+# Each column's type: a number (`int`) or a text (`str`); the optional ones may be null.
+COLUMN_TYPES: dict[str, type] = {
+    name: int if field.annotation is int else str
+    for name, field in SampleRecord.model_fields.items()
+}
+OPTIONAL_COLUMNS = [
+    name for name, field in SampleRecord.model_fields.items() if not field.is_required()
+]
 RECORD_SCHEMA = pl.Schema(
-    {
-        name: pl.Int64 if field.annotation is int else pl.String
-        for name, field in SampleRecord.model_fields.items()
-    }
+    {name: pl.Int64 if kind is int else pl.String for name, kind in COLUMN_TYPES.items()}
 )

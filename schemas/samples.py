@@ -25,6 +25,7 @@ from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
 from toolgrpo.schemas.params_check import plainly_valid
 from toolgrpo.schemas.plain_solutions import read_plainly
 from toolgrpo.schemas.problems import shown
+from toolgrpo.schemas.records import COLUMN_TYPES, OPTIONAL_COLUMNS
 
 KINDS = ("single", "multi")
 LANGS = ("en", "zh")
@@ -242,16 +243,10 @@ class Sample(pa.DataFrameModel):
     without one (the loader always provides the column).
     """
 
-    id: str
-    scenario_id: str
-    kind: str
-    lang: str
-    step: int
-    n_steps: int
-    prompt: str
-    solution: str
-    tool: str
-    condition: str = pa.Field(nullable=True)
+    # The columns are the record's (`records.SampleRecord`), declared there once; an optional one
+    # may be null.
+    __annotations__ = dict(COLUMN_TYPES)
+    vars().update({name: pa.Field(nullable=True) for name in OPTIONAL_COLUMNS})
 
     @pa.dataframe_check
     def id_unique(cls, data: PolarsData) -> pl.LazyFrame:
