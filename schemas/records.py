@@ -1,7 +1,7 @@
 """The row as a file holds it (`SampleRecord`): what the loader reads, before the contract's
 rules (`samples`). The one declaration of the contract's columns: the loader's polars schema and
-the pandera models' columns are read from it. Apart from pandera, so that a command can start reading its files before the
-checks' libraries are imported."""
+the pandera models' columns are read from it. Apart from pandera, so that a command can start
+reading its files before the checks' libraries are imported."""
 
 from __future__ import annotations
 
