@@ -22,6 +22,7 @@ import polars as pl
 from pandera.polars import PolarsData
 
 from toolgrpo.schemas.catalogue import Catalogue, default_catalogue
+from toolgrpo.schemas.completion import written_action
 from toolgrpo.schemas.params_check import plainly_valid
 from toolgrpo.schemas.plain_solutions import read_plainly
 from toolgrpo.schemas.problems import shown
@@ -111,15 +112,13 @@ def _parts_of(
         return _NOT_AN_OBJECT
     if type(value) is not dict:
         return _NOT_AN_OBJECT
-    thought, action, plan = value.get("thought"), value.get("action"), value.get("plan")
-    tool, params = (
-        (action.get("tool"), action.get("params")) if type(action) is dict else (None, None)
-    )
+    thought, plan = value.get("thought"), value.get("plan")
+    tool, params = written_action(value)
     steps = type(plan) is list and all(type(step) is str for step in plan)
     return (
         True,
         thought if type(thought) is str else None,
-        tool if type(tool) is str else None,
+        tool,
         orjson.dumps(params).decode() if type(params) is dict else None,
         orjson.dumps(plan).decode() if steps else None,
         plan[0] if steps and plan else None,
