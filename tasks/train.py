@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, ClassVar, Literal
+from typing import IO, ClassVar, Literal, NamedTuple
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -287,6 +287,75 @@ def _resume_hint(stage_dir: Path, resume_key: str | None) -> str:
     return f"{again} to resume from its last checkpoint, {checkpoint}"
 
 
+class _Ending(NamedTuple):
+    """How a supervised stage ended: its last lines of output (per-step records left out), and
+    whether it ran past its deadline or was stopped (why: a Cancel, the command stopping);
+    neither, it exited by itself."""
+
+    tail: deque[str]
+    timed_out: bool
+    stopped: str | None
+
+
+def _supervise(
+    process: subprocess.Popen,
+    stage: Stage,
+    metrics_path: Path,
+    deadline: float,
+    watch: FlowRunWatch,
+    progress: ProgressArtifact,
+) -> _Ending:
+    """Relay the stage's output to the run's log (per-step records at DEBUG), keep its progress
+    artifact current, and stop it at `deadline` or when `watch` sees the flow run cancelled.
+    Whatever happens here, the stage's process group is gone (and `watch` closed) when this
+    returns."""
+    logger = get_run_logger()
+    Supervised.live.add(process)
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_read_into, args=(process.stdout, lines), daemon=True).start()
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    timed_out, cancelled_by_runner = False, None
+    next_progress = time.monotonic()
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                line = ""
+            if line is None:  # output closed: the child is exiting
+                break
+            if line:
+                per_step = PER_STEP_RECORD.match(line)
+                if not per_step:  # the failure message quotes the tail: causes, not metrics
+                    tail.append(line)
+                logger.log(logging.DEBUG if per_step else logging.INFO, "%s | %s", stage, line)
+            now = time.monotonic()
+            if now >= next_progress:
+                step, max_steps = _progress(metrics_path)
+                if max_steps:
+                    progress.update(100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}")
+                next_progress = now + PROGRESS_INTERVAL_S
+            if now >= deadline:
+                timed_out = True
+                break
+            if watch.stop_requested():
+                break
+        if not timed_out and not watch.stop_requested():
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except TerminationSignal:  # under `serve` or a worker, Cancel arrives as SIGTERM
+        _kill_group(process)
+        if not (cancelled_by_runner := watch.stopped_by_cancel()):
+            raise  # another stop: the engine reports the run Crashed
+    finally:
+        # Also on cancellation or any error here: never leave a training process behind.
+        _kill_group(process)
+        Supervised.live.discard(process)
+        watch.close()
+    return _Ending(tail, timed_out, watch.stop_requested() or cancelled_by_runner)
+
+
 def _retry_unless_input_error(task, task_run, state) -> bool:
     """Retry a crash (it resumes from the checkpoint), not a bad config, a timeout, a cancel, or
     anything in a command that is stopping."""
@@ -366,8 +435,6 @@ def train_stage(
     progress = ProgressArtifact(f"train-{stage}-progress", f"{stage} steps")
     watch = FlowRunWatch(stage)
     started = time.monotonic()
-    deadline = started + timeout_s
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -377,73 +444,27 @@ def train_stage(
         start_new_session=True,  # one process group to kill, accelerate's workers included
         env={**os.environ, "PYTHONUNBUFFERED": "1", **tracking, **child_environment()},
     )
-    Supervised.live.add(process)
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_read_into, args=(process.stdout, lines), daemon=True).start()
-    timed_out = False
-    next_progress = started
-    cancelled_by_runner = None
-    try:
-        while True:
-            try:
-                line = lines.get(timeout=1.0)
-            except queue.Empty:
-                line = ""
-            if line is None:  # output closed: the child is exiting
-                break
-            if line:
-                per_step = PER_STEP_RECORD.match(line)
-                if not per_step:  # the failure message quotes the tail: causes, not metrics
-                    tail.append(line)
-                logger.log(logging.DEBUG if per_step else logging.INFO, "%s | %s", stage, line)
-            now = time.monotonic()
-            if now >= next_progress:
-                step, max_steps = _progress(metrics_path)
-                if max_steps:
-                    progress.update(100.0 * step / max_steps, f"{stage}: step {step}/{max_steps}")
-                next_progress = now + PROGRESS_INTERVAL_S
-            if now >= deadline:
-                timed_out = True
-                break
-            if watch.stop_requested():
-                break
-        if not timed_out and not watch.stop_requested():
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    except TerminationSignal:  # under `serve` or a worker, Cancel arrives as SIGTERM
-        _kill_group(process)
-        if not (cancelled_by_runner := watch.stopped_by_cancel()):
-            raise  # another stop: the engine reports the run Crashed
-    finally:
-        # Also on cancellation or any error here: never leave a training process behind.
-        _kill_group(process)
-        Supervised.live.discard(process)
-        watch.close()
-
+    ending = _supervise(process, stage, metrics_path, started + timeout_s, watch, progress)
     wall_s = round(time.monotonic() - started, 1)
-    output = "\n".join(tail)
-    if why := watch.stop_requested() or cancelled_by_runner:
+    hint = _resume_hint(stage_dir, resume_key)  # a checkpoint is where a stage left off
+    if ending.stopped:
         step, _ = _progress(metrics_path)
         raise StageCancelled(
-            f"{stage}: {why}: training stopped at step {step} after {wall_s:.0f} s; "
-            f"{_resume_hint(stage_dir, resume_key)}"
+            f"{stage}: {ending.stopped}: training stopped at step {step} after {wall_s:.0f} s; "
+            f"{hint}"
         )
-    if timed_out:
+    output = "\n".join(ending.tail)
+    if ending.timed_out:
         raise StageFailed(
             f"{stage} stage ran past its {timeout_s:.0f}s deadline and was stopped; "
-            f"{_resume_hint(stage_dir, resume_key)}. Last output:\n{output}",
+            f"{hint}. Last output:\n{output}",
             returncode=None,
         )
     if process.returncode != 0:
-        resume = (
-            ""
-            if process.returncode == INPUT_ERROR_STATUS
-            else f"; {_resume_hint(stage_dir, resume_key)}"
-        )
+        resume = "" if process.returncode == INPUT_ERROR_STATUS else f"; {hint}"
         raise StageFailed(
             f"{stage} stage failed (exit status {process.returncode}) after {wall_s}s"
-            f"{_cause(tail)}{resume}. Last output:\n{output}",
+            f"{_cause(ending.tail)}{resume}. Last output:\n{output}",
             returncode=process.returncode,
         )
     step, max_steps = _progress(metrics_path)
