@@ -8,7 +8,10 @@ Chromium (`apt-get install chromium`) the retrain flow run's page, its Artifacts
 headline and report artifacts, and the failed data-quality run; then serves the deployments and
 submits the nightly retrain's Custom run form with grpo ▸ max_steps = 5 (the run must train 5
 GRPO steps), fails a data-quality deployment run and follows the link of its notification (a
-loopback webhook) to the run's page (`--no-deployments` skips this). It saves a PNG of each,
+loopback webhook) to the run's page (`--no-deployments` skips this); then does what on call
+does to runs that train (`--no-on-call` skips it): Suspend then Cancel, the same config again
+(it must resume), two runs of one config at once (one must reuse the other's models) and `serve`
+killed mid-run (the run must end Crashed). It saves a PNG of each,
 prints what each page shows (its <img> elements loaded or not, the text it must contain) and
 exits 1 when an image did not load or a page lacks its text. The browser is driven over the
 DevTools protocol with `websockets` (a Prefect dependency).
@@ -175,6 +178,16 @@ class Page:
         self.evaluate(f"document.querySelector({json.dumps(selector)})?.scrollIntoView()")
         time.sleep(1.0)
 
+    def scroll_to_text(self, text: str) -> None:
+        """Scroll the innermost element showing `text` (its last occurrence: the latest log
+        line) to the middle of the window."""
+        self.evaluate(
+            "Array.from(document.querySelectorAll('body *')).filter(e => e.children.length === 0"
+            f" && e.textContent.includes({json.dumps(text)})).pop()"
+            "?.scrollIntoView({block: 'center'})"
+        )
+        time.sleep(1.0)
+
     def screenshot(self, path: Path) -> Path:
         """A PNG of the window (the UI scrolls inside it, so that is what a person sees)."""
         data = self.call("Page.captureScreenshot", format="png")
@@ -234,13 +247,14 @@ def browser(profile: Path) -> Iterator[Page]:
 @dataclass(frozen=True)
 class PageSpec:
     """A page to look at: where, the texts it must show in this order, the tab to open first,
-    and what to scroll to (a CSS selector) before the screenshot."""
+    and what to scroll to before the screenshot (a CSS selector, or a text it shows)."""
 
     name: str
     url: str
     expected: tuple[str, ...]
     tab: str | None = None
     scroll_to: str | None = None
+    scroll_to_text: str | None = None
 
 
 @dataclass
@@ -292,6 +306,8 @@ def check_page(page: Page, spec: PageSpec, out_dir: Path) -> PageCheck:
             page.wait_until(ready)
     if spec.scroll_to is not None:
         page.scroll_to(spec.scroll_to)
+    if spec.scroll_to_text is not None:
+        page.scroll_to_text(spec.scroll_to_text)
     text = page.evaluate("document.body ? document.body.innerText : ''") or ""
     shot = page.screenshot(out_dir / f"{spec.name}.png")
     images = page.evaluate(IMAGES_JS) or []
@@ -383,11 +399,14 @@ def _wait_for(what: str, found: Any, timeout_s: float) -> Any:
     return result
 
 
-def check_deployments(url: str, env: dict[str, str], work: Path, out_dir: Path) -> list[PageCheck]:
+def check_deployments(
+    url: str, env: dict[str, str], work: Path, out_dir: Path, on_call: bool = True
+) -> list[PageCheck]:
     """What an on-call engineer does with the served deployments: a Custom run of the nightly
     retrain from its form with grpo ▸ max_steps = 5 (it must train 5 GRPO steps), a failed
     data-quality deployment run (one clean screen: a red gate task, no engine traceback) and the
-    failure notification (a loopback webhook; its link must open the run)."""
+    failure notification (a loopback webhook; its link must open the run); then, with `on_call`,
+    `check_on_call`."""
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -538,15 +557,200 @@ def check_deployments(url: str, env: dict[str, str], work: Path, out_dir: Path) 
                     )
                 )
                 logs = page.evaluate("document.body.innerText") or ""
-            if link != run_page or steps != FORM_MAX_STEPS or "Engine execution" in logs:
-                raise RuntimeError(
-                    f"link {link!r} (expected {run_page!r}), {steps} GRPO steps (expected "
-                    f"{FORM_MAX_STEPS}), engine traceback logged: {'Engine execution' in logs}"
-                )
+                if link != run_page or steps != FORM_MAX_STEPS or "Engine execution" in logs:
+                    raise RuntimeError(
+                        f"link {link!r} (expected {run_page!r}), {steps} GRPO steps (expected "
+                        f"{FORM_MAX_STEPS}), engine traceback logged: {'Engine execution' in logs}"
+                    )
+                if on_call:
+                    checks += check_on_call(
+                        client, page, ui_url, retrain_id, serving, work / "runs", out_dir
+                    )
     finally:
-        os.killpg(serving.pid, signal.SIGTERM)
-        serving.wait(timeout=60)
+        if serving.poll() is None:
+            os.killpg(serving.pid, signal.SIGTERM)
+            serving.wait(timeout=60)
         serve_log.close()
+    return checks
+
+
+def _trainers(runs: Path) -> int:
+    """How many training processes write under `runs`."""
+    count = 0
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            count += proc.name.isdigit() and "toolgrpo.training" in command and str(runs) in command
+    return count
+
+
+def _last_step(folder: Path, stage: str) -> int:
+    """The last step `stage` logged in the run folder `folder` (0: none yet)."""
+    metrics = folder / stage / "train_metrics.jsonl"
+    if not metrics.exists():
+        return 0
+    lines = metrics.read_text(encoding="utf-8").splitlines()
+    return max((json.loads(line).get("step", 0) for line in lines if line.strip()), default=0)
+
+
+def _headline(client: Any, flow_run_id: Any) -> Any:
+    """A retrain run's headline artifact."""
+    from prefect.client.schemas.filters import ArtifactFilter, FlowRunFilter
+
+    (headline,) = client.read_artifacts(
+        artifact_filter=ArtifactFilter(key={"any_": ["retrain-headline"]}),
+        flow_run_filter=FlowRunFilter(id={"any_": [flow_run_id]}),
+    )
+    return headline
+
+
+# A Custom run's config for the on-call checks: enough GRPO steps to act on while it trains.
+ON_CALL_GRPO_STEPS = 40
+STOP_AFTER_STEP = 8  # two checkpoints in (smoke saves every 4 steps)
+
+
+def check_on_call(
+    client: Any,
+    page: Page,
+    ui_url: str,
+    retrain_id: Any,
+    serving: subprocess.Popen,
+    runs: Path,
+    out_dir: Path,
+) -> list[PageCheck]:
+    """What on-call does to runs of the served nightly retrain, and what the UI then says:
+    Suspend during GRPO (refused, training goes on), then Cancel (the trainer gone, the run
+    Cancelled); the same config again (it resumes from the checkpoint and says so); two runs of
+    one config at once (the second waits and reuses the first's models); `serve` killed while a
+    run trains (the run ends Crashed). Ends with `serving` killed."""
+    from prefect.client.schemas.filters import LogFilter
+    from prefect.states import Cancelling, Suspended
+
+    def submit(config: dict[str, Any]) -> Any:
+        return client.create_flow_run_from_deployment(retrain_id, parameters={"config": config})
+
+    def final(flow_run: Any, timeout_s: float = RUN_TIMEOUT_S) -> Any:
+        return _wait_for(
+            f"end of {flow_run.name}",
+            lambda: (r := client.read_flow_run(flow_run.id)).state.is_final() and r,
+            timeout_s,
+        )
+
+    def folder_of(before: set[Path]) -> Path:
+        return _wait_for(
+            "a new run folder",
+            lambda: next(iter(set(runs.glob("*-retrain-*")) - before), None),
+            120,
+        )
+
+    def run_page(name: str, flow_run: Any, *expected: str, scroll_to: str | None = None) -> Any:
+        named = client.read_flow_run(flow_run.id).name  # a run is renamed once it starts
+        url = f"{ui_url}/runs/flow-run/{flow_run.id}"
+        return check_page(
+            page, PageSpec(name, url, (named, *expected), None, None, scroll_to), out_dir
+        )
+
+    def logged(flow_run: Any, text: str) -> str | None:
+        """The run's last log line holding `text`, as the Logs tab shows it."""
+        logs = client.read_logs(LogFilter(flow_run_id={"any_": [flow_run.id]}))
+        return next((log.message for log in reversed(logs) if text in log.message), None)
+
+    checks, problems = [], []
+    config = {"grpo": {"max_steps": ON_CALL_GRPO_STEPS}, "seed": 21}
+    before = set(runs.glob("*-retrain-*"))
+    suspended = submit(config)
+    folder = folder_of(before)
+    _wait_for("GRPO steps", lambda: _last_step(folder, "grpo") >= STOP_AFTER_STEP, RUN_TIMEOUT_S)
+    client.set_flow_run_state(suspended.id, Suspended(timeout_seconds=600), force=True)
+    _wait_for(
+        "the Suspend refused",
+        lambda: (
+            client.read_flow_run(suspended.id).state.is_running()
+            and "refused" in (client.read_flow_run(suspended.id).state.message or "")
+        ),
+        60,
+    )
+    checks.append(run_page("suspend-refused", suspended, "Running", "refused", scroll_to="refused"))
+    if not _trainers(runs):
+        problems.append("training stopped on a refused Suspend")
+    stopped_at = _last_step(folder, "grpo")
+    cancelled_at = time.monotonic()
+    client.set_flow_run_state(suspended.id, Cancelling(), force=True)
+    suspended = final(suspended, 120)
+    gone_s = _wait_for("the trainer gone", lambda: not _trainers(runs), 60) and (
+        time.monotonic() - cancelled_at
+    )
+    checks.append(
+        run_page(
+            "cancelled-after-suspend",
+            suspended,
+            "Cancelled",
+            "training stopped",
+            scroll_to="training stopped",
+        )
+    )
+    said = logged(suspended, "training stopped")
+    print(
+        f"suspend then cancel at GRPO step {stopped_at}: {suspended.state.name} "
+        f"({suspended.state.message!r}); no trainer {gone_s:.0f}s after the Cancel; logged {said!r}"
+    )
+
+    resumed = final(submit(config))
+    checks.append(
+        check_page(
+            page,
+            PageSpec(
+                "resumed-headline",
+                f"{ui_url}/artifacts/artifact/{_headline(client, resumed.id).id}",
+                ("resumed an interrupted training", "grpo", "resumed from checkpoint"),
+            ),
+            out_dir,
+        )
+    )
+    print(f"the same config again: {resumed.state.name}")
+
+    twice = {"seed": 22}
+    first = submit(twice)
+    time.sleep(5)
+    second = submit(twice)
+    first, second = final(first), final(second)
+    # the deployment's concurrency slot goes to either: the other waits, then reuses its models
+    headlines = [_headline(client, run.id) for run in (first, second)]
+    reused = [h for h in headlines if "cached models reused" in (h.data or "")]
+    if len(reused) != 1:
+        problems.append(f"two runs of one config: {len(reused)} reused the other's models")
+    checks.append(run_page("concurrent-first", first, "Completed"))
+    checks.append(run_page("concurrent-second", second, "Completed"))
+    checks.append(
+        check_page(
+            page,
+            PageSpec(
+                "concurrent-reused-headline",
+                f"{ui_url}/artifacts/artifact/{(reused or headlines)[0].id}",
+                ("cached models reused",),
+            ),
+            out_dir,
+        )
+    )
+    print(f"two runs of one config 5 s apart: {first.state.name}, {second.state.name}")
+
+    before = set(runs.glob("*-retrain-*"))
+    orphaned = submit({"sft": {"num_train_epochs": 400}, "seed": 23})
+    folder = folder_of(before)
+    _wait_for("SFT steps", lambda: _last_step(folder, "sft") > 0, RUN_TIMEOUT_S)
+    os.killpg(serving.pid, signal.SIGKILL)  # the machine gone: nothing of serve reports
+    serving.wait(timeout=60)
+    killed_at = time.monotonic()
+    orphaned = final(orphaned, 300)
+    checks.append(run_page("serve-killed", orphaned, "Crashed"))
+    if not (orphaned.state.message or "").startswith("no heartbeat"):
+        problems.append(f"serve killed: the run ended {orphaned.state!r}, not for no heartbeat")
+    print(
+        f"serve killed mid-SFT: {orphaned.state.name} {time.monotonic() - killed_at:.0f}s later "
+        f"({orphaned.state.message!r})"
+    )
+    if problems:
+        raise RuntimeError("; ".join(problems))
     return checks
 
 
@@ -564,10 +768,12 @@ def _run(command: list[str | Path], env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
 
 
-def main(out: Path = Path("ui-screenshots"), deployments: bool = True) -> int:
+def main(out: Path = Path("ui-screenshots"), deployments: bool = True, on_call: bool = True) -> int:
     """Run a smoke retrain and a failing validate against a real server; check the UI pages.
     With `deployments` (the default), also serve the deployments and check a Custom run from
-    the form, a failed deployment run and its notification (`check_deployments`)."""
+    the form, a failed deployment run and its notification (`check_deployments`); with
+    `on_call` too, Suspend then Cancel, a resumed run, two runs at once and `serve` killed
+    (`check_on_call`)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -588,6 +794,9 @@ def main(out: Path = Path("ui-screenshots"), deployments: bool = True) -> int:
         retrain = _run([BIN / "toolgrpo", "run", "--preset", "smoke", "--out", work / "runs"], env)
         validate = _run([BIN / "toolgrpo", "validate", bad, "--out", work / "runs"], env)
         print(f"toolgrpo run --preset smoke: exit {retrain.returncode}")
+        if retrain.returncode != 0:
+            print(retrain.stderr[-3000:], file=sys.stderr)
+            return 1
         print(f"toolgrpo validate (a broken row): exit {validate.returncode}")
         with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
             retrain_run = latest_flow_run(client, "retrain")
@@ -600,7 +809,7 @@ def main(out: Path = Path("ui-screenshots"), deployments: bool = True) -> int:
             }
         checks = check_ui(url.removesuffix("/api"), retrain_run, artifacts, failed_run, out)
         if deployments:
-            checks += check_deployments(url, env, work, out)
+            checks += check_deployments(url, env, work, out, on_call)
     for check in checks:
         print(check.line())
     print(f"{time.monotonic() - started:.0f}s in all; screenshots in {out}")
