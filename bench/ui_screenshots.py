@@ -677,9 +677,8 @@ def check_on_call(
     cancelled_at = time.monotonic()
     client.set_flow_run_state(suspended.id, Cancelling(), force=True)
     suspended = final(suspended, 120)
-    gone_s = _wait_for("the trainer gone", lambda: not _trainers(runs), 60) and (
-        time.monotonic() - cancelled_at
-    )
+    _wait_for("the trainer gone", lambda: not _trainers(runs), 60)
+    gone_s = time.monotonic() - cancelled_at
     checks.append(
         run_page(
             "cancelled-after-suspend",

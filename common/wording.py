@@ -65,7 +65,7 @@ def keyword_patterns(catalogue: Catalogue) -> dict[str, ToolKeywords]:
     """Per tool with keywords, its catalogue keywords (en and zh) as `ToolKeywords`."""
     patterns = {}
     for tool in catalogue.tools:
-        words = [*tool.keywords.texts("en"), *tool.keywords.texts("zh")]
+        words = tool.keywords.all_texts()
         if words:  # an empty alternation would match everywhere
             held = [_held(word) for word in words]
             texts = None if None in held else tuple(dict.fromkeys(h for h in held if h))
@@ -104,9 +104,10 @@ def keyword_hits(request: str, patterns: dict[str, ToolKeywords]) -> dict[str, l
     return hits
 
 
-def _not_naming_pattern(catalogue: Catalogue) -> re.Pattern[str] | None:
+@cache
+def _not_naming(catalogue: Catalogue) -> re.Pattern[str] | None:
     """The catalogue's `not_naming` phrases as one pattern, longest first; None: it has none."""
-    phrases = [*catalogue.not_naming.texts("en"), *catalogue.not_naming.texts("zh")]
+    phrases = catalogue.not_naming.all_texts()
     if not phrases:
         return None
     alternatives = [
@@ -114,9 +115,6 @@ def _not_naming_pattern(catalogue: Catalogue) -> re.Pattern[str] | None:
         for phrase in sorted(phrases, key=len, reverse=True)
     ]
     return re.compile("|".join(alternatives), re.IGNORECASE)
-
-
-_not_naming = cache(_not_naming_pattern)
 
 
 def mask_slot_values(text: str, catalogue: Catalogue) -> str:
@@ -166,7 +164,7 @@ def _keyword_scanner(catalogue: Catalogue) -> _KeywordScanner:
     before 股 (place_order), "not enough" (respond) before "enough" (check_balance). The
     catalogue's `not_naming` phrases name no tool: "in order to" holds no order.
     """
-    skipped = [*catalogue.not_naming.texts("en"), *catalogue.not_naming.texts("zh")]
+    skipped = catalogue.not_naming.all_texts()
     tools_by_keyword: dict[str, set[str]] = {phrase.lower(): set() for phrase in skipped}
     english: set[str] = {phrase.lower() for phrase in skipped if phrase.isascii()}
     for tool in catalogue.tools:

@@ -170,6 +170,10 @@ class Bilingual(BaseModel):
         value = getattr(self, lang)
         return [value] if isinstance(value, str) else list(value)
 
+    def all_texts(self) -> list[str]:
+        """The English texts, then the Chinese ones."""
+        return [*self.texts("en"), *self.texts("zh")]
+
 
 # What a tool's observation can be to a conditional step: the figure an amount must fit in (a
 # balance, a quota, free seats), or a figure compared with the request's limit or multiplied by
