@@ -446,22 +446,25 @@ def train_stage(
     )
     ending = _supervise(process, stage, metrics_path, started + timeout_s, watch, progress)
     wall_s = round(time.monotonic() - started, 1)
-    hint = _resume_hint(stage_dir, resume_key)  # a checkpoint is where a stage left off
     if ending.stopped:
         step, _ = _progress(metrics_path)
         raise StageCancelled(
             f"{stage}: {ending.stopped}: training stopped at step {step} after {wall_s:.0f} s; "
-            f"{hint}"
+            f"{_resume_hint(stage_dir, resume_key)}"
         )
     output = "\n".join(ending.tail)
     if ending.timed_out:
         raise StageFailed(
             f"{stage} stage ran past its {timeout_s:.0f}s deadline and was stopped; "
-            f"{hint}. Last output:\n{output}",
+            f"{_resume_hint(stage_dir, resume_key)}. Last output:\n{output}",
             returncode=None,
         )
     if process.returncode != 0:
-        resume = "" if process.returncode == INPUT_ERROR_STATUS else f"; {hint}"
+        resume = (
+            ""
+            if process.returncode == INPUT_ERROR_STATUS
+            else f"; {_resume_hint(stage_dir, resume_key)}"
+        )
         raise StageFailed(
             f"{stage} stage failed (exit status {process.returncode}) after {wall_s}s"
             f"{_cause(ending.tail)}{resume}. Last output:\n{output}",
