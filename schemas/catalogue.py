@@ -217,6 +217,13 @@ class Catalogue(BaseModel):
         names = [tool.name for tool in self.tools]
         if len(names) != len(set(names)):
             raise ValueError(f"tool names must be unique, got {names}")
+        # a blank keyword or phrase would match at every word of every text
+        for owner, texts in [
+            *((f"tool {tool.name!r} keywords", tool.keywords) for tool in self.tools),
+            ("not_naming", self.not_naming),
+        ]:
+            if any(not text.strip() for text in texts.all_texts()):
+                raise ValueError(f"{owner}: a blank text")
         for tool in self.tools:
             try:
                 compile_params_schema(tool.params)

@@ -181,3 +181,17 @@ def test_a_bad_catalogue_is_one_line_naming_the_file(tmp_path):
     bad.write_text(json.dumps({"version": 1, "tools": []}), encoding="utf-8")
     with pytest.raises(CatalogueError, match=r"tools.json: not a tool catalogue: tools: "):
         load_catalogue(bad)
+
+
+@pytest.mark.parametrize("where", ["keywords", "not_naming"])
+def test_a_blank_keyword_or_phrase_is_refused(tmp_path, where):
+    """It would match at every word: every request would name its tool, or mask every word."""
+    catalogue = json.loads((DATA_DIR / "tools.json").read_text(encoding="utf-8"))
+    if where == "keywords":
+        catalogue["tools"][0]["keywords"]["en"].append(" ")
+    else:
+        catalogue["not_naming"] = {"en": [""]}
+    bad = tmp_path / "tools.json"
+    bad.write_text(json.dumps(catalogue), encoding="utf-8")
+    with pytest.raises(CatalogueError, match=r"tools.json: not a tool catalogue: .*a blank text"):
+        load_catalogue(bad)
