@@ -526,8 +526,7 @@ _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name a JSON path reads 
 _TOKEN_VALUE = r"^[A-Za-z0-9_]{1,64}$"  # a value `_occurrences` finds only as a whole word
 # The `ASCII_WORD`s with no word character (`\w`: `_occurrences`'s `\b`) on either side
 _WHOLE_ASCII_WORD = re.compile(rf"(?<!\w){ASCII_WORD.pattern}(?!\w)")
-# the bytes of `ASCII_WORD`'s characters (any other character, in UTF-8, has no such byte)
-_WORD_BYTES = list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_WORD_CHARACTER = r"^[A-Za-z0-9_]$"  # one of `ASCII_WORD`'s characters
 _REPEAT_COUNT = re.compile(r"(?<=[^(|\\])\{[0-9]+(?:,[0-9]*)?\}")  # `{3}`, `{0,3}`, `{2,}`
 
 
@@ -659,17 +658,17 @@ def _param_values(params: pl.Series, readings: tuple[ParamReading, ...]) -> pl.D
 def _written_as_a_word(text: pl.Expr, value: pl.Expr) -> pl.Expr:
     """Whether `value` is one of `text`'s ASCII words (`ASCII_WORD`) where `text` first writes
     it: a word on its own, with no word character on either side (false where it is written
-    otherwise first, though a later place may be a word). A literal search and two bytes: no
-    word of the text is cut out."""
+    otherwise first, though a later place may be a word). A literal search and the character on
+    each side: no word of the text is cut out. Places count characters, as polars' `str.find`
+    and `str.slice` do (from polars 2.2; before, `find` counted bytes)."""
     at = text.str.find(value, literal=True).cast(pl.Int64)
-    end = at + value.str.len_bytes()
-    written = text.cast(pl.Binary)
-    before = written.bin.get(at - 1, null_on_oob=True)
-    after = written.bin.get(end, null_on_oob=True)
+    before = pl.when(at > 0).then(text.str.slice(at - 1, 1)).otherwise(pl.lit(""))
+    after = text.str.slice(at + value.str.len_chars(), 1)
     return (
         value.str.contains(_TOKEN_VALUE)
-        & ((at == 0) | ~before.is_in(_WORD_BYTES))
-        & ((end == text.str.len_bytes()) | ~after.is_in(_WORD_BYTES))
+        & at.is_not_null()
+        & ~before.str.contains(_WORD_CHARACTER)
+        & ~after.str.contains(_WORD_CHARACTER)
     )
 
 
