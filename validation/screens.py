@@ -810,9 +810,10 @@ def _contradicted_params(frame: pl.DataFrame, catalogue: Catalogue, spread: Spre
 def screens(
     frame: pl.DataFrame, catalogue: Catalogue, spread: Spread | None = None
 ) -> pl.DataFrame:
-    """`frame` with a column per rule (its name): whether the rule could flag the row, and
-    `NEEDED`: whether the rules read the row at all; the texts the screens judge in Python
-    judged by `spread`'s workers (default: in this process)."""
+    """`frame` with a column per rule (its name): whether the rule could flag the row (every
+    row for a rule with no screen here), and `NEEDED`: whether the rules read the row at all;
+    the texts the screens judge in Python judged by `spread`'s workers (default: in this
+    process)."""
     spread = spread or Spread(1)
     if not set(PARTS_READ) <= set(frame.columns):  # all parsed here, none kept twice
         frame = solution_parts(frame.drop(PARTS_READ, strict=False))
@@ -831,6 +832,9 @@ def screens(
         flags["params_match_request"] = params.result()
     frame = frame.with_columns(**flags)
     rules = [rule.__name__ for rule in RULES]
+    # a rule with no screen yet reads every row: a new rule needs none to be right
+    unscreened = [rule for rule in rules if rule not in frame.columns]
+    frame = frame.with_columns(pl.lit(True).alias(rule) for rule in unscreened)
     frame = frame.with_columns(pl.col(rules).fill_null(False))
     read = frame.filter(pl.any_horizontal(_SCENARIO_RULES)).get_column("scenario_id").unique()
     scenario_read = pl.col("scenario_id").is_in(read.implode())

@@ -812,3 +812,24 @@ def test_figures_read_in_polars_flag_what_the_rule_flags(tmp_path):
     screened = label_inconsistencies(frame)
     assert screened == label_inconsistencies(frame, screen=False)
     assert sum(found.check == BRANCH_MATCHES_FIGURES for found in screened) > 30
+
+
+def test_a_new_rule_without_a_screen_reads_every_row(tmp_path, monkeypatch):
+    """A label check is its rule alone: a rule the screens know nothing of runs on every row,
+    screened or not, with the same findings, in the gate's order (after the earlier rules)."""
+    from toolgrpo.validation import screens as screens_module
+
+    def thought_writes_no_figure(label, scenario, catalogue):
+        if label.thought and "10万" in label.thought:
+            return label.breaks("thought_writes_no_figure", "10万 in the thought")
+        return None
+
+    rules = (*RULES, thought_writes_no_figure)
+    monkeypatch.setattr(context, "RULES", rules)
+    monkeypatch.setattr(screens_module, "RULES", rules)
+    frame = loaded_rows(
+        tmp_path, _row(1, CHECK, []), _row(2, TRANSFER, ["check_balance → 150,000"])
+    )
+    screened = label_inconsistencies(frame)
+    assert screened == label_inconsistencies(frame, screen=False)
+    assert [(found.check, found.id) for found in screened] == [("thought_writes_no_figure", "s-2")]
