@@ -46,7 +46,7 @@ typecheck: link
 test: typecheck
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -1,4 +1,5 @@
-"""One Prefect test harness for the whole session; analytics off (silences sqlite lock noise)."""
+"""One Prefect test harness for the whole session; analytics off (silences sqlite lock noise).
+Under pytest-xdist each worker is a session of its own, on its own share of the CPUs."""
 
 import os
 
@@ -7,6 +8,26 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 import pytest
 from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 from prefect.testing.utilities import prefect_test_harness
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per CPU this process may use (its affinity, as `usable_cpus`)."""
+    from toolgrpo.common.cpus import usable_cpus
+
+    return usable_cpus()
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs one worker per core), a worker runs on its own share
+    of this process's CPUs: its trainers size their threads to that share (`usable_cpus`), so
+    two workers' trainers never fight over one core."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None or not hasattr(os, "sched_setaffinity"):
+        return
+    count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    cpus = sorted(os.sched_getaffinity(0))
+    index = int(worker.removeprefix("gw"))
+    os.sched_setaffinity(0, cpus[index::count] or [cpus[index % len(cpus)]])
 
 
 @pytest.fixture(scope="session")
