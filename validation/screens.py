@@ -660,7 +660,7 @@ def _written_as_a_word(text: pl.Expr, value: pl.Expr) -> pl.Expr:
     it: a word on its own, with no word character on either side (false where it is written
     otherwise first, though a later place may be a word). A literal search and the character on
     each side: no word of the text is cut out. Places count characters, as polars' `str.find`
-    and `str.slice` do (from polars 2.2; before, `find` counted bytes)."""
+    (polars >= 2.2) and `str.slice` do."""
     at = text.str.find(value, literal=True).cast(pl.Int64)
     before = pl.when(at > 0).then(text.str.slice(at - 1, 1)).otherwise(pl.lit(""))
     after = text.str.slice(at + value.str.len_chars(), 1)
