@@ -10,6 +10,7 @@ from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 from prefect.testing.utilities import prefect_test_harness
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: plain `pytest` runs without it
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per CPU this process may use (its affinity, as `usable_cpus`)."""
     from toolgrpo.common.cpus import usable_cpus

@@ -816,7 +816,7 @@ def test_figures_read_in_polars_flag_what_the_rule_flags(tmp_path):
 
 def test_a_new_rule_without_a_screen_reads_every_row(tmp_path, monkeypatch):
     """A label check is its rule alone: a rule the screens know nothing of runs on every row,
-    screened or not, with the same findings, in the gate's order (after the earlier rules)."""
+    screened or not, with the same findings."""
     from toolgrpo.validation import screens as screens_module
 
     def thought_writes_no_figure(label, scenario, catalogue):
