@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from toolgrpo.flows.prefect_api import record_process
 from toolgrpo.tasks.own_base import CARD_JSON, publish_base, read_card
 from toolgrpo.tasks.runs import new_run_dir
-from toolgrpo.tasks.train import train_stage
+from toolgrpo.tasks.train import train_stage, unless_cancelled
 from toolgrpo.training import Preset
 from toolgrpo.training.config_overrides import load_preset, with_overrides
 from toolgrpo.training.own_base import STAGE, BaseCard, base_card, build_key
@@ -76,7 +76,9 @@ def build_base(
         logger.info("%s already holds this base (key %s): not built again", out, key[:12])
         return BaseBuild(out=out, built=False, card=existing)
     run_dir = new_run_dir(runs, "base")
-    result = train_stage(STAGE, run_dir, config, timeout_s=timeout_s, resume_key=key)
+    result = unless_cancelled(
+        train_stage(STAGE, run_dir, config, timeout_s=timeout_s, resume_key=key)
+    )
     card = base_card(config, run_dir / STAGE, key, build_command(preset, out, overrides))
     publish_base(result.model_dir, card, out)
     logger.info("base in %s: %s steps, final loss %.4f", out, card.steps, card.final_loss)

@@ -43,7 +43,13 @@ from toolgrpo.tasks.runs import (
     run_name,
     tag_flow_run,
 )
-from toolgrpo.tasks.train import StageCancelled, StageResult, fingerprint, train_stage
+from toolgrpo.tasks.train import (
+    StageCancelled,
+    StageResult,
+    fingerprint,
+    train_stage,
+    unless_cancelled,
+)
 from toolgrpo.tasks.validate import data_gate, failed_gate, rows_of, write_training_rows
 from toolgrpo.training import Preset
 from toolgrpo.training.config import ConfigError, TrainConfig
@@ -86,10 +92,14 @@ def cached_stage(
             holder,
         )
     cached = train_stage.with_options(cache_policy=training_cache(stage, key), persist_result=True)
-    result = cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key)
+    result = unless_cancelled(
+        cached(stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key)
+    )
     if not (result.model_dir / "config.json").is_file():
-        result = cached.with_options(refresh_cache=True)(
-            stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key
+        result = unless_cancelled(
+            cached.with_options(refresh_cache=True)(
+                stage, run_dir, config, timeout_s=timeout_s, init_dir=init_dir, resume_key=key
+            )
         )
     return result
 
@@ -238,14 +248,16 @@ def retrain(
     if audit_folds >= MIN_AUDIT_FOLDS:  # no task run at all when the audit is off
         with wall.stage("cross-fitted audit"):
             try:
-                cross_fitted = cross_fitted_audit(
-                    train_rows,
-                    [gated["data.train_single_step"], gated["data.train_multistep"]],
-                    train_config,
-                    key,
-                    audit_folds,
-                    run_dir / "audit",
-                    stage_timeout_s,
+                cross_fitted = unless_cancelled(
+                    cross_fitted_audit(
+                        train_rows,
+                        [gated["data.train_single_step"], gated["data.train_multistep"]],
+                        train_config,
+                        key,
+                        audit_folds,
+                        run_dir / "audit",
+                        stage_timeout_s,
+                    )
                 )
             except StageCancelled as stopped:
                 return cancelled_run(stopped)  # type: ignore[return-value]  # Prefect's way

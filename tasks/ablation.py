@@ -35,7 +35,7 @@ from toolgrpo.schemas.files import write_text_file
 from toolgrpo.schemas.run import ZeroStdGroups
 from toolgrpo.tasks.artifacts import send_artifact
 from toolgrpo.tasks.evaluate import evaluate_and_write
-from toolgrpo.tasks.train import Stage, recorded_key, train_stage
+from toolgrpo.tasks.train import Stage, recorded_key, train_stage, unless_cancelled
 from toolgrpo.training.config import TrainConfig
 from toolgrpo.training.metrics import read_metrics, training_seconds
 
@@ -81,7 +81,9 @@ def train_start(
     one an earlier attempt finished with the same inputs (`resume_key`)."""
     if finished := _finished_earlier(run_dir, START_RECORD, "sft", resume_key):
         return StartRun.model_validate_json(finished)
-    sft = train_stage("sft", run_dir, config, timeout_s=timeout_s, resume_key=resume_key)
+    sft = unless_cancelled(
+        train_stage("sft", run_dir, config, timeout_s=timeout_s, resume_key=resume_key)
+    )
     catalogue = config.data.tool_catalogue()
     (scores,) = evaluate_steps({0: sft.model_dir}, samples, run_dir / "eval", settings, catalogue)
     get_run_logger().info("%s seed %d: SFT multi-step %s", start, config.seed, scores.multi)
@@ -105,13 +107,15 @@ def train_arm(
     read back one an earlier attempt finished with the same inputs (`resume_key`)."""
     if finished := _finished_earlier(run_dir, ARM_RECORD, "grpo", resume_key):
         return ArmRun.model_validate_json(finished)
-    grpo = train_stage(
-        "grpo",
-        run_dir,
-        config,
-        timeout_s=timeout_s,
-        init_dir=start.model_dir,
-        resume_key=resume_key,
+    grpo = unless_cancelled(
+        train_stage(
+            "grpo",
+            run_dir,
+            config,
+            timeout_s=timeout_s,
+            init_dir=start.model_dir,
+            resume_key=resume_key,
+        )
     )
     stage_dir = grpo.model_dir.parent
     lines = read_metrics(grpo.metrics_path)

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE, CacheKeyFnPolicy
 from toolgrpo.evaluation.predict import EvalSettings
 from toolgrpo.mining.folds import fold_config, scenario_folds
 from toolgrpo.tasks.evaluate import evaluate_and_write
-from toolgrpo.tasks.train import StageResult, train_stage
+from toolgrpo.tasks.train import StageResult, ends_cancelled, train_stage, unless_cancelled
 from toolgrpo.training.config import TrainConfig
 
 PREDICTIONS_FILE = "predictions.parquet"
@@ -31,10 +31,10 @@ def _fold_stage(fold_dir: Path, config: TrainConfig, key: str, timeout_s: float)
         cache_policy=CacheKeyFnPolicy(cache_key_fn=lambda *_: f"audit-fold-{key}"),
         persist_result=True,
     )
-    result = cached("sft", fold_dir, config, timeout_s=timeout_s)
+    result = unless_cancelled(cached("sft", fold_dir, config, timeout_s=timeout_s))
     if not (result.model_dir / "config.json").is_file():
-        result = cached.with_options(refresh_cache=True)(
-            "sft", fold_dir, config, timeout_s=timeout_s
+        result = unless_cancelled(
+            cached.with_options(refresh_cache=True)("sft", fold_dir, config, timeout_s=timeout_s)
         )
     return result
 
@@ -44,6 +44,7 @@ MIN_AUDIT_FOLDS = 2
 
 
 @task(name="cross-fitted audit", cache_policy=NO_CACHE)
+@ends_cancelled
 def cross_fitted_audit(
     rows: pl.DataFrame,
     training_files: list[Path],

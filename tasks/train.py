@@ -17,6 +17,7 @@ earlier run left in a sibling run folder.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -30,14 +31,17 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, ClassVar, Literal, NamedTuple
+from typing import IO, ClassVar, Literal, NamedTuple, ParamSpec, TypeVar
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State
 from prefect.exceptions import TerminationSignal
 from prefect.runtime import flow_run
+from prefect.states import Cancelled
+from prefect.transactions import get_transaction
 from pydantic import BaseModel
 
 from toolgrpo import training
@@ -105,6 +109,36 @@ class StageFailed(RuntimeError):
 class StageCancelled(RuntimeError):
     """The flow run was cancelled (from the Prefect UI) while the stage trained: the trainer was
     stopped; the message says at which step and how a later run goes on."""
+
+
+Params = ParamSpec("Params")
+Value = TypeVar("Value")
+
+
+def ends_cancelled(work: Callable[Params, Value]) -> Callable[Params, Value | State]:
+    """A task function whose run ends Cancelled, not Failed, when a Cancel stops it
+    (`StageCancelled`), so that the UI shows the stage grey, as the run around it. It returns
+    Prefect's Cancelled state, which Prefect hands to the caller as the task's value: the caller
+    reads it with `unless_cancelled`. The task's cache write is dropped, or a cached task would keep
+    that state as its result and hand it to the next run."""
+
+    @functools.wraps(work)
+    def stoppable(*args: Params.args, **kwargs: Params.kwargs) -> Value | State:
+        try:
+            return work(*args, **kwargs)
+        except StageCancelled as stopped:
+            if (transaction := get_transaction()) is not None:
+                transaction.write_on_commit = False
+            return Cancelled(message=str(stopped))
+
+    return stoppable
+
+
+def unless_cancelled(outcome: Value | State) -> Value:
+    """The value of a task made with `ends_cancelled`; `StageCancelled` when a Cancel stopped it."""
+    if isinstance(outcome, State):
+        raise StageCancelled(outcome.message or "cancelled")
+    return outcome
 
 
 class StageResult(BaseModel):
@@ -365,7 +399,7 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
         state.result()
     except StageFailed as error:
         return error.returncode not in (INPUT_ERROR_STATUS, None)
-    except (ConfigError, StageCancelled):
+    except ConfigError:
         return False
     except Exception:
         return True
@@ -391,6 +425,7 @@ def _prefect_tags() -> dict[str, str]:
     retry_delay_seconds=5,
     retry_condition_fn=_retry_unless_input_error,
 )
+@ends_cancelled
 def train_stage(
     stage: Stage,
     run_dir: Path,
@@ -403,8 +438,9 @@ def train_stage(
 
     The config, placed on this machine's device, is written to `<run_dir>/train_config.json`
     for the child to read. Raises `ConfigError` when the machine cannot run it, `StageFailed`
-    (with the last lines of output) when the child exits non-zero or runs past `timeout_s`, and
-    `StageCancelled` when a Cancel or the command stopping ends it; a second call on the same
+    (with the last lines of output) when the child exits non-zero or runs past `timeout_s`; a
+    Cancel or the command stopping ends it Cancelled (read the value with `unless_cancelled`, which
+    raises `StageCancelled` then). A second call on the same
     `run_dir` resumes from the last checkpoint. With a `resume_key` (a hash of the stage's data,
     config and code), a first call in a new run folder resumes from the checkpoint of an
     unfinished run with the same key in a sibling folder. A crash is retried once (it resumes

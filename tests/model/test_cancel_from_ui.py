@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 from prefect import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterId,
+    FlowRunFilterState,
+)
 from prefect.client.schemas.filters import FlowRunFilterStateType as StateTypeFilter
 from prefect.client.schemas.objects import StateType
 from prefect.states import Cancelling, Paused
@@ -43,6 +47,19 @@ def _trainer_processes(folder: Path) -> list[str]:
         if proc.name.isdigit() and "toolgrpo.training" in command and str(folder) in command:
             found.append(command)
     return found
+
+
+def _stage_state(run_id, stage: str, deadline: float) -> StateType:
+    """The final state of the flow run's task run `stage` (task runs reach the server as
+    events, so it may lag the flow run's)."""
+    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[run_id]))
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = [r for r in client.read_task_runs(flow_run_filter=of_run) if r.name == stage]
+            if runs and runs[0].state.is_final():
+                return runs[0].state.type
+            assert time.monotonic() < deadline, f"task run {stage} did not end"
+            time.sleep(0.5)
 
 
 def _wait_for_steps(folder: Path, deadline: float) -> None:
@@ -87,3 +104,5 @@ def test_pause_is_refused_and_cancel_stops_the_trainer(prefect_harness, tmp_path
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(run_id).state.type == StateType.CANCELLED
     assert _trainer_processes(tmp_path) == []
+    # the stage the Cancel stopped shows Cancelled too, not Failed (red) inside a Cancelled run
+    assert _stage_state(run_id, "sft", time.monotonic() + 30) == StateType.CANCELLED
