@@ -7,12 +7,18 @@ training task therefore reads its flow run's state itself, from a thread of its 
 slow or unreachable API never holds up the stage's log lines or its deadline. Under `serve` or a
 worker the runner stops the process with SIGTERM on Cancel; the task then asks the API whether
 that was a Cancel, so the stage ends Cancelled with where it stopped, not as a crash.
+
+A Suspend of a deployment's run reaches the flow's process twice: as the run's state, which the
+watch sets back to Running, and as Prefect's in-process request to stop at the next task's
+start or end. Refused on the server alone, the run would stop at the next stage, its process
+gone and the server still showing it Running; so the watch withdraws the request as well.
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
@@ -24,6 +30,10 @@ from prefect.states import Running
 from toolgrpo.tasks.artifacts import api_answered, api_failed
 
 WATCH_INTERVAL_S = 2.0
+# How long a refused Suspend's in-process request may take to arrive (Prefect confirms the
+# Suspend's event against the server first, within a second or two here), so that it is
+# withdrawn, not left to stop the next stage.
+SUSPEND_REQUEST_WAIT_S = 10.0
 # The states in which the person at the UI wants the run stopped.
 STOPPING = {StateType.CANCELLING, StateType.CANCELLED}
 
@@ -49,6 +59,8 @@ class FlowRunWatch:
         self._run_id: UUID | None = context.flow_run.id if context and context.flow_run else None
         # a deployment's run: a runner (`serve`, a worker) executes it and answers Cancel
         self._deployed = bool(context and context.flow_run and context.flow_run.deployment_id)
+        self._suspension = context.flow_run_suspension_request if context else None
+        self._refused_suspend = False
         self._stage = stage
         self._stop: str | None = None
         self._unreachable_said = False
@@ -63,7 +75,14 @@ class FlowRunWatch:
         return self._stop
 
     def close(self) -> None:
+        """Stop watching; withdraw the in-process stop request of a Suspend refused meanwhile."""
         self._done.set()
+        if self._refused_suspend and self._suspension is not None:
+            deadline = time.monotonic() + SUSPEND_REQUEST_WAIT_S
+            while not self._suspension.is_requested() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            # Prefect 3.9's request has no withdraw; its setter takes the state to stop with
+            self._suspension.mark_requested(None)  # type: ignore[arg-type]
 
     def stopped_by_cancel(self) -> str | None:
         """Why the process was told to stop, read from the API now, when that was a Cancel:
@@ -110,6 +129,9 @@ class FlowRunWatch:
                     self._refuse_pause(client, state.name or "Pause")
 
     def _refuse_pause(self, client: object, name: str) -> None:
+        # only a deployment's run gets Prefect's in-process request (a Suspend; a Pause there
+        # is the flow's own `pause_flow_run`)
+        self._refused_suspend = self._refused_suspend or (self._deployed and name == "Suspended")
         self._logger.warning(
             "%s: %s refused: a training stage cannot be paused in place, so the run goes on "
             "(Cancel stops it; a later run resumes from its last checkpoint)",

@@ -18,7 +18,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, LogFilter
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.states import Cancelling
+from prefect.states import Cancelling, Suspended
 
 from bench.ui_screenshots import check_ui, chromium_path, latest_flow_run, prefect_server
 from bench.ui_screenshots import webhook_receiver as receiving_webhooks
@@ -238,13 +238,63 @@ def _runs_due(client, deployment: str) -> list:
     )
 
 
+def _wait_refused(client, run_id) -> None:
+    """Until the run is Running again with the stage's refusal, and Prefect's own in-process
+    stop request (a Suspend's) has had time to arrive."""
+    deadline = time.monotonic() + 60
+    while "refused" not in (client.read_flow_run(run_id).state.message or ""):
+        assert time.monotonic() < deadline, "the Suspend was not refused"
+        time.sleep(0.5)
+    assert client.read_flow_run(run_id).state.is_running()
+    time.sleep(3)
+
+
+def test_a_refused_suspend_lets_the_run_go_on_to_its_next_stage(server, tmp_path):
+    """Prefect stops a suspended deployment run at its next task; a Suspend the stage refused
+    must not: the run goes on and completes, rather than stopping with the server showing it
+    Running."""
+    url, env = server
+    script = Path(__file__).with_name("served_stages.py")
+    serving = subprocess.Popen(
+        [sys.executable, script],
+        env=env,
+        stdout=(tmp_path / "serve.log").open("w"),
+        stderr=subprocess.STDOUT,
+        process_group=0,
+    )
+    from prefect.deployments import run_deployment
+
+    try:
+        with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+            deadline = time.monotonic() + 120
+            while not _served(client, "two-stages/served"):
+                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+                time.sleep(1)
+            run = run_deployment("two-stages/served", timeout=0)
+            while not client.read_flow_run(run.id).state.is_running():
+                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+                time.sleep(0.5)
+            time.sleep(3)  # the first stage is watching
+            client.set_flow_run_state(run.id, Suspended(timeout_seconds=600), force=True)
+            _wait_refused(client, run.id)
+            deadline = time.monotonic() + 120
+            while not (state := client.read_flow_run(run.id).state).is_final():
+                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+                time.sleep(1)
+            assert state.is_completed(), state
+            logs = client.read_logs(LogFilter(flow_run_id={"any_": [run.id]}))
+            assert "['first: done', 'second: done']" in [log.message for log in logs]
+    finally:
+        os.killpg(serving.pid, signal.SIGKILL)
+
+
 def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
     server, webhook_receiver, tmp_path
 ):
-    """`toolgrpo serve` checks the data as it starts; a Cancel of a run that trains ends it
-    Cancelled, saying where it stopped; then, `serve` and everything it started killed while a
-    deployment run trains: the run's heartbeats stop, the server marks it
-    Crashed within three missed heartbeats, and the failure automation alerts on it."""
+    """`toolgrpo serve` checks the data as it starts; a Cancel of a run that trains, after a
+    refused Suspend, ends it Cancelled, saying where it stopped; then, `serve` and everything
+    it started killed while a deployment run trains: the run's heartbeats stop, the server
+    marks it Crashed within three missed heartbeats, and the failure automation alerts on it."""
     url, env = server
     hook, received = webhook_receiver
     _alert_to(hook, url, env)
@@ -293,8 +343,11 @@ def test_a_run_whose_serve_was_stopped_mid_training_ends_crashed_and_alerts(
                     time.sleep(1)
                 return flow_run
 
-            # Cancel: the runner's SIGTERM is read as the Cancel it is, not as a crash
+            # Suspend, refused; then Cancel: the runner's SIGTERM is read as the Cancel it is,
+            # not as a crash, and the run says where it stopped, not that it was suspended
             cancelled = training(1)
+            client.set_flow_run_state(cancelled.id, Suspended(timeout_seconds=600), force=True)
+            _wait_refused(client, cancelled.id)
             client.set_flow_run_state(cancelled.id, Cancelling(), force=True)
             deadline = time.monotonic() + 60
             while not (state := client.read_flow_run(cancelled.id).state).is_final():
