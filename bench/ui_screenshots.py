@@ -390,6 +390,15 @@ def webhook_receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         httpd.shutdown()
 
 
+def _final_task_run(client: Any, flow_run: Any, name: str) -> Any:
+    """The flow run's task run `name` once it is final, else None."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id]))
+    runs = [r for r in client.read_task_runs(flow_run_filter=of_run) if r.name == name]
+    return runs[0] if runs and runs[0].state.is_final() else None
+
+
 def _wait_for(what: str, found: Any, timeout_s: float) -> Any:
     deadline = time.monotonic() + timeout_s
     while not (result := found()):
@@ -619,10 +628,11 @@ def check_on_call(
     out_dir: Path,
 ) -> list[PageCheck]:
     """What on-call does to runs of the served nightly retrain, and what the UI then says:
-    Suspend during GRPO (refused, training goes on), then Cancel (the trainer gone, the run
-    Cancelled); the same config again (it resumes from the checkpoint and says so); two runs of
-    one config at once (the second waits and reuses the first's models); `serve` killed while a
-    run trains (the run ends Crashed). Ends with `serving` killed."""
+    Suspend during GRPO (refused, training goes on), then Cancel (the trainer gone, the run and
+    its grpo stage Cancelled, saying where training stopped); the same config again (it resumes
+    from the checkpoint and says so); two runs of one config at once (the second waits and
+    reuses the first's models); `serve` killed while a run trains (the run ends Crashed). Ends
+    with `serving` killed."""
     from prefect.client.schemas.filters import LogFilter
     from prefect.states import Cancelling, Suspended
 
@@ -689,6 +699,12 @@ def check_on_call(
         )
     )
     said = logged(suspended, "training stopped")
+    if "training stopped" not in (suspended.state.message or ""):
+        problems.append(f"Cancel after a Suspend: the run says {suspended.state.message!r}")
+    # task runs reach the server as events: the stage's final state may lag the run's
+    stage = _wait_for("grpo's final state", lambda: _final_task_run(client, suspended, "grpo"), 60)
+    if not stage.state.is_cancelled():
+        problems.append(f"Cancel after a Suspend: the grpo task run ended {stage.state.name}")
     print(
         f"suspend then cancel at GRPO step {stopped_at}: {suspended.state.name} "
         f"({suspended.state.message!r}); no trainer {gone_s:.0f}s after the Cancel; logged {said!r}"

@@ -15,6 +15,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRun
 from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
 from prefect.states import Cancelled, Failed, State
+from prefect.transactions import get_transaction
 
 # How a data hash is shown in tags and reports.
 SHORT_HASH = 12
@@ -120,6 +121,31 @@ def told_already(failure: Exception) -> None:
     """Keep the engines' tracebacks of `failure` out of the run's log: the run says it itself."""
     for name in ENGINE_LOGGERS:
         logging.getLogger(name).addFilter(_ToldAlready(failure))
+
+
+class _EndedAlready(logging.Filter):
+    """Drops the task engine's "Finished in state Cancelled(…)" of a task a Cancel stopped: the
+    engine logs any state but Completed at ERROR, and the flow logs the same line once, at
+    WARNING (`cancelled_run`)."""
+
+    def __init__(self, state: State) -> None:
+        super().__init__()
+        self.line = f"Finished in state {state}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.line
+
+
+def cancelled_task(stopped: Exception) -> State:
+    """The Cancelled state a task returns when a Cancel stopped its work, so that its run shows
+    Cancelled like the flow run around it; a raised exception would show Failed. Prefect hands
+    a returned state to the caller as the task's value, and would cache it as the task's result
+    for the next run: the task's cache write is dropped."""
+    if (transaction := get_transaction()) is not None:
+        transaction.write_on_commit = False
+    state: State = Cancelled(message=str(stopped))
+    logging.getLogger("prefect.task_runs").addFilter(_EndedAlready(state))
+    return state
 
 
 def failed_run(failure: Exception) -> State:

@@ -40,8 +40,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 from prefect.exceptions import TerminationSignal
 from prefect.runtime import flow_run
-from prefect.states import Cancelled
-from prefect.transactions import get_transaction
 from pydantic import BaseModel
 
 from toolgrpo import training
@@ -49,6 +47,7 @@ from toolgrpo.schemas.files import write_text_file
 from toolgrpo.schemas.run import StageTraining
 from toolgrpo.tasks.progress import ProgressArtifact
 from toolgrpo.tasks.run_state import FlowRunWatch
+from toolgrpo.tasks.runs import cancelled_task
 from toolgrpo.training.config import (
     CONFIG_FILENAME,
     ConfigError,
@@ -117,19 +116,15 @@ Value = TypeVar("Value")
 
 def ends_cancelled(work: Callable[Params, Value]) -> Callable[Params, Value | State]:
     """A task function whose run ends Cancelled, not Failed, when a Cancel stops it
-    (`StageCancelled`), so that the UI shows the stage grey, as the run around it. It returns
-    Prefect's Cancelled state, which Prefect hands to the caller as the task's value: the caller
-    reads it with `unless_cancelled`. The task's cache write is dropped, or a cached task would keep
-    that state as its result and hand it to the next run."""
+    (`StageCancelled`): it returns `cancelled_task`'s state, which its caller reads with
+    `unless_cancelled`."""
 
     @functools.wraps(work)
     def stoppable(*args: Params.args, **kwargs: Params.kwargs) -> Value | State:
         try:
             return work(*args, **kwargs)
         except StageCancelled as stopped:
-            if (transaction := get_transaction()) is not None:
-                transaction.write_on_commit = False
-            return Cancelled(message=str(stopped))
+            return cancelled_task(stopped)
 
     return stoppable
 

@@ -2,6 +2,7 @@
 flow run): Pause and Suspend are refused with a line and training goes on; Cancel stops the
 trainer within seconds and the run ends Cancelled, saying where it stopped."""
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterId,
     FlowRunFilterState,
+    LogFilter,
 )
 from prefect.client.schemas.filters import FlowRunFilterStateType as StateTypeFilter
 from prefect.client.schemas.objects import StateType
@@ -62,6 +64,17 @@ def _stage_state(run_id, stage: str, deadline: float) -> StateType:
             time.sleep(0.5)
 
 
+def _logs_until(run_id, text: str, deadline: float) -> list:
+    """The flow run's logs once one holds `text` (logs reach the server in batches)."""
+    with get_client(sync_client=True) as client:
+        while True:
+            logs = client.read_logs(LogFilter(flow_run_id={"any_": [run_id]}))
+            if any(text in log.message for log in logs):
+                return logs
+            assert time.monotonic() < deadline, f"no log line holds {text!r}"
+            time.sleep(0.5)
+
+
 def _wait_for_steps(folder: Path, deadline: float) -> None:
     while not list(folder.glob("*/sft/train_metrics.jsonl")):
         assert time.monotonic() < deadline, "SFT logged no step"
@@ -106,3 +119,6 @@ def test_pause_is_refused_and_cancel_stops_the_trainer(prefect_harness, tmp_path
     assert _trainer_processes(tmp_path) == []
     # the stage the Cancel stopped shows Cancelled too, not Failed (red) inside a Cancelled run
     assert _stage_state(run_id, "sft", time.monotonic() + 30) == StateType.CANCELLED
+    # and a Cancel is no error: the run's log says where training stopped, in no ERROR line
+    logs = _logs_until(run_id, "training stopped at step", time.monotonic() + 30)
+    assert [log.message for log in logs if log.level >= logging.ERROR] == []
