@@ -698,6 +698,18 @@ def check_on_call(
             scroll_to="training stopped",
         )
     )
+    checks.append(
+        check_page(
+            page,
+            PageSpec(
+                "cancelled-task-runs",
+                f"{ui_url}/runs/flow-run/{suspended.id}",
+                ("grpo", "Cancelled", "sft", "Completed"),
+                tab="Task Runs",
+            ),
+            out_dir,
+        )
+    )
     said = logged(suspended, "training stopped")
     if "training stopped" not in (suspended.state.message or ""):
         problems.append(f"Cancel after a Suspend: the run says {suspended.state.message!r}")
