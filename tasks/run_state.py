@@ -30,9 +30,9 @@ from prefect.states import Running
 from toolgrpo.tasks.artifacts import api_answered, api_failed
 
 WATCH_INTERVAL_S = 2.0
-# How long a refused Suspend's in-process request may take to arrive (Prefect confirms the
-# Suspend's event against the server first, within a second or two here), so that it is
-# withdrawn, not left to stop the next stage.
+# How long to wait for a refused Suspend's in-process request to arrive (Prefect confirms the
+# Suspend's event against the server before it requests the stop), so that it is withdrawn,
+# not left to stop the next stage.
 SUSPEND_REQUEST_WAIT_S = 10.0
 # The states in which the person at the UI wants the run stopped.
 STOPPING = {StateType.CANCELLING, StateType.CANCELLED}
@@ -129,8 +129,7 @@ class FlowRunWatch:
                     self._refuse_pause(client, state.name or "Pause")
 
     def _refuse_pause(self, client: object, name: str) -> None:
-        # only a deployment's run gets Prefect's in-process request (a Suspend; a Pause there
-        # is the flow's own `pause_flow_run`)
+        # Prefect requests the in-process stop for a Suspend of a deployment's run only
         self._refused_suspend = self._refused_suspend or (self._deployed and name == "Suspended")
         self._logger.warning(
             "%s: %s refused: a training stage cannot be paused in place, so the run goes on "

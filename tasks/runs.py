@@ -140,7 +140,8 @@ def cancelled_task(stopped: Exception) -> State:
     """The Cancelled state a task returns when a Cancel stopped its work, so that its run shows
     Cancelled like the flow run around it; a raised exception would show Failed. Prefect hands
     a returned state to the caller as the task's value, and would cache it as the task's result
-    for the next run: the task's cache write is dropped."""
+    for the next run: the task's cache write is dropped, and the engine's ERROR line for it too
+    (`_EndedAlready`)."""
     if (transaction := get_transaction()) is not None:
         transaction.write_on_commit = False
     state: State = Cancelled(message=str(stopped))
