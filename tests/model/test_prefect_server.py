@@ -282,8 +282,12 @@ def test_a_refused_suspend_lets_the_run_go_on_to_its_next_stage(server, tmp_path
                 assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
                 time.sleep(1)
             assert state.is_completed(), state
-            logs = client.read_logs(LogFilter(flow_run_id={"any_": [run.id]}))
-            assert "['first: done', 'second: done']" in [log.message for log in logs]
+            deadline = time.monotonic() + 30  # logs reach the server in batches
+            while "['first: done', 'second: done']" not in [
+                log.message for log in client.read_logs(LogFilter(flow_run_id={"any_": [run.id]}))
+            ]:
+                assert time.monotonic() < deadline, "the run did not log both stages done"
+                time.sleep(1)
     finally:
         os.killpg(serving.pid, signal.SIGKILL)
 
