@@ -434,11 +434,11 @@ def train_stage(
     The config, placed on this machine's device, is written to `<run_dir>/train_config.json`
     for the child to read. Raises `ConfigError` when the machine cannot run it, `StageFailed`
     (with the last lines of output) when the child exits non-zero or runs past `timeout_s`; a
-    Cancel or the command stopping ends it Cancelled (read the value with `unless_cancelled`, which
-    raises `StageCancelled` then). A second call on the same
-    `run_dir` resumes from the last checkpoint. With a `resume_key` (a hash of the stage's data,
-    config and code), a first call in a new run folder resumes from the checkpoint of an
-    unfinished run with the same key in a sibling folder. A crash is retried once (it resumes
+    Cancel or the command stopping ends it Cancelled (read the value with `unless_cancelled`,
+    which raises `StageCancelled` then). A second call on the same `run_dir` resumes from the
+    last checkpoint. With a `resume_key` (a hash of the stage's data, config and code), a first
+    call in a new run folder resumes from the checkpoint of an unfinished run with the same key
+    in a sibling folder. A crash is retried once (it resumes
     from its last checkpoint); a bad config, a timeout or a Cancel is not.
     """
     logger = get_run_logger()
